@@ -1,0 +1,1 @@
+"""Recognition engines behind one small protocol (see base.py)."""

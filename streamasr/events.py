@@ -1,0 +1,90 @@
+"""Events the streaming loop yields. Frozen, with units in field names.
+
+Every event carries `seq` (strictly increasing within a stream), `audio_s` (seconds of audio
+fed so far) and `wall_s` (monotonic seconds since the stream started).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Event:
+    """Common fields of every event."""
+
+    kind: ClassVar[str] = "event"
+    seq: int
+    audio_s: float
+    wall_s: float
+    segment: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict with the event kind first."""
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, tuple):
+                data[key] = list(value)
+        return {"type": self.kind, **data}
+
+
+@dataclass(frozen=True)
+class Partial(Event):
+    """The current hypothesis of the open segment; may still change."""
+
+    kind: ClassVar[str] = "partial"
+    text: str
+    tokens: tuple[str, ...] = ()
+    token_times_s: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class FirstToken(Event):
+    """The first non-empty partial of a segment: the moment a user first sees text."""
+
+    kind: ClassVar[str] = "first_token"
+    text: str
+    onset_s: float  # detected speech onset of this segment (audio time)
+    latency_s: float  # algorithmic first-token latency: audio_s - onset_s
+    wall_latency_s: float  # wall_s - onset_s; the user's wait only under real-time pacing
+
+
+@dataclass(frozen=True)
+class Endpoint(Event):
+    """The engine detected the end of an utterance (trailing silence rule fired)."""
+
+    kind: ClassVar[str] = "endpoint"
+    rule_hint: str = ""
+
+
+@dataclass(frozen=True)
+class Final(Event):
+    """Committed text of a segment; never changes. start/end are in audio time."""
+
+    kind: ClassVar[str] = "final"
+    text: str
+    start_s: float
+    end_s: float
+    tokens: tuple[str, ...] = ()
+    token_times_s: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class StreamSummary:
+    """What one stream produced, for the per-file summary line and for bench."""
+
+    source: str
+    audio_s: float
+    compute_s: float
+    wall_s: float
+    text: str
+    finals: tuple[Final, ...] = field(default_factory=tuple)
+    first_token_latency_s: float | None = None  # None: no text was ever shown
+    first_token_wall_latency_s: float | None = None
+    revisions: int = 0
+
+    @property
+    def rtf(self) -> float:
+        """Compute seconds per audio second (0 for empty audio)."""
+        return self.compute_s / self.audio_s if self.audio_s > 0 else 0.0

@@ -1,0 +1,165 @@
+"""Find the ONNX files of a model directory and pick the export for a chunk size.
+
+A streaming Zipformer's chunk is fixed at export time, so `--chunk` selects among the exports
+in a directory (or checks the only one) and never feeds a model a chunk it was not built for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamasr.errors import ModelError
+from streamasr.onnx_meta import EncoderMetadata, read_encoder_metadata
+
+log = logging.getLogger("streamasr")
+
+# Models shipped in the repository's models/ folder, by name.
+BUNDLED_DEFAULT_ORDER = ("tiny-en", "tiny-random-transducer")
+_CHUNK_TAG = re.compile(r"chunk-(\d+)-left-(\d+)")
+
+
+def bundled_models_dir() -> Path:
+    """Where bundled models live: $STREAMASR_MODELS, else the repository's models/ folder."""
+    env = os.environ.get("STREAMASR_MODELS")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent / "models"
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """The files of one export of a model, with what its encoder metadata says."""
+
+    name: str
+    kind: str  # "transducer" or "ctc"
+    directory: Path
+    encoder: Path  # the encoder (transducer) or the whole model (ctc)
+    tokens: Path
+    metadata: EncoderMetadata
+    decoder: Path | None = None
+    joiner: Path | None = None
+
+    @property
+    def chunk(self) -> int:
+        """Chunk in 50 Hz frames (icefall convention): decode_chunk_len / 2."""
+        return self.metadata.chunk
+
+    @property
+    def chunk_s(self) -> float:
+        """Audio consumed per encoder step, in seconds."""
+        return self.metadata.chunk * 0.02
+
+    def onnx_files(self) -> tuple[Path, ...]:
+        """Every ONNX file this export runs, for checksums in run records."""
+        return tuple(p for p in (self.encoder, self.decoder, self.joiner) if p is not None)
+
+
+def list_bundled() -> list[str]:
+    """Names of the model folders shipped in models/."""
+    root = bundled_models_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "tokens.txt").is_file())
+
+
+def resolve_model(
+    model: str | None, chunk: int | None = None, prefer_int8: bool = True
+) -> ModelFiles:
+    """Turn `--model NAME|DIR` and `--chunk N` into the files of one export."""
+    directory = _model_directory(model)
+    tokens = directory / "tokens.txt"
+    if not tokens.is_file():
+        raise ModelError(
+            f"model directory {directory} has no tokens.txt; a sherpa-onnx model directory "
+            "needs tokens.txt beside its ONNX files"
+        )
+    onnx_files = sorted(directory.glob("*.onnx"))
+    if not onnx_files:
+        raise ModelError(f"model directory {directory} has no .onnx files")
+    encoders = [p for p in onnx_files if "encoder" in p.name]
+    if encoders:
+        candidates = _prefer_precision(encoders, prefer_int8)
+        kind = "transducer"
+    else:
+        candidates = _prefer_precision(
+            [p for p in onnx_files if "decoder" not in p.name and "joiner" not in p.name],
+            prefer_int8,
+        )
+        kind = "ctc"
+    by_chunk: dict[int, tuple[Path, EncoderMetadata]] = {}
+    for path in candidates:
+        meta = read_encoder_metadata(path)
+        if meta.model_type != "zipformer2":
+            log.debug("%s: model_type %r, not a zipformer2 export", path.name, meta.model_type)
+        by_chunk.setdefault(meta.chunk, (path, meta))
+    available = sorted(by_chunk)
+    if chunk is None:
+        chosen = 16 if 16 in by_chunk else available[0]
+    elif chunk in by_chunk:
+        chosen = chunk
+    else:
+        raise ModelError(
+            f"model {directory.name} has no export for --chunk {chunk}; it has chunk "
+            f"{', '.join(str(c) for c in available)} (50 Hz frames, 16 = 320 ms). "
+            "Pick one of those, or export the model again with that chunk size"
+        )
+    encoder, meta = by_chunk[chosen]
+    if kind == "ctc":
+        return ModelFiles(directory.name, kind, directory, encoder, tokens, meta)
+    decoder = _partner(onnx_files, "decoder", encoder, prefer_int8)
+    joiner = _partner(onnx_files, "joiner", encoder, prefer_int8)
+    return ModelFiles(directory.name, kind, directory, encoder, tokens, meta, decoder, joiner)
+
+
+def _model_directory(model: str | None) -> Path:
+    root = bundled_models_dir()
+    if model is None:
+        for name in BUNDLED_DEFAULT_ORDER:
+            if (root / name / "tokens.txt").is_file():
+                return root / name
+        raise ModelError(
+            f"no bundled model found under {root}; pass --model DIR with a sherpa-onnx "
+            "streaming model directory"
+        )
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    if (root / model).is_dir():
+        return root / model
+    if path.exists():
+        raise ModelError(f"--model {model} is a file; pass the directory that holds it")
+    names = ", ".join(list_bundled()) or "(none bundled)"
+    raise ModelError(
+        f"unknown model {model!r}: not a directory and not a bundled model. "
+        f"Bundled models: {names}; or pass a directory with tokens.txt and ONNX files"
+    )
+
+
+def _prefer_precision(paths: list[Path], prefer_int8: bool) -> list[Path]:
+    """Keep int8 files when asked and present (per export), else the fp32 ones."""
+    int8 = [p for p in paths if ".int8." in p.name]
+    fp32 = [p for p in paths if ".int8." not in p.name]
+    if prefer_int8 and int8:
+        return int8
+    return fp32 or int8
+
+
+def _partner(onnx_files: list[Path], role: str, encoder: Path, prefer_int8: bool) -> Path:
+    """The decoder/joiner that belongs with an encoder: same chunk tag if tagged, else the one."""
+    options = _prefer_precision([p for p in onnx_files if role in p.name], prefer_int8)
+    if not options:
+        raise ModelError(
+            f"model directory {encoder.parent} has an encoder but no {role} ONNX file; "
+            f"a transducer needs encoder, decoder and joiner files"
+        )
+    tag = _CHUNK_TAG.search(encoder.name)
+    if tag:
+        same = [p for p in options if tag.group(0) in p.name]
+        if same:
+            return same[0]
+    untagged = [p for p in options if not _CHUNK_TAG.search(p.name)]
+    return (untagged or options)[0]
