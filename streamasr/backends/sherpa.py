@@ -164,7 +164,7 @@ class SherpaStream:
         return Hypothesis(
             text=result.text.strip(),
             tokens=tuple(result.tokens),
-            token_times_s=tuple(start + float(t) for t in result.timestamps),
+            token_times_s=tuple(round(start + float(t), 3) for t in result.timestamps),
             segment_start_s=start,
         )
 

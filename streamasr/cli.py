@@ -1,0 +1,50 @@
+"""The `streamasr` command: a Typer app whose commands live in streamasr/commands/."""
+
+from __future__ import annotations
+
+import typer
+
+from streamasr import __version__
+from streamasr.commands import file as file_commands
+
+app = typer.Typer(
+    name="streamasr",
+    help="Streaming speech transcription: live partials, finals and honest latency figures.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"streamasr {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """Streaming speech transcription."""
+
+
+file_commands.register(app)
+
+try:  # commands added by later modules register themselves the same way
+    from streamasr.commands import latency as latency_commands
+
+    latency_commands.register(app)
+except ImportError:  # pragma: no cover - only while the module does not exist yet
+    pass
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Typer commands, one module per command group; cli.py registers them."""

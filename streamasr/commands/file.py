@@ -1,0 +1,157 @@
+"""`streamasr file`: stream audio files through the model as a live system would."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from streamasr.audio import FileSource, paced
+from streamasr.backends.base import Recognizer
+from streamasr.commands.common import (
+    EXIT_INTERRUPTED,
+    BlockOpt,
+    ChunkOpt,
+    DecodingOpt,
+    EndpointOpt,
+    FormatOpt,
+    Fp32Opt,
+    HotwordsOpt,
+    HotwordsScoreOpt,
+    ModelOpt,
+    Rule1Opt,
+    Rule2Opt,
+    Rule3Opt,
+    TailOpt,
+    ThreadsOpt,
+    VerboseOpt,
+    choose_format,
+    cli_errors,
+    engine_options,
+    err_console,
+    make_renderer,
+    report_error,
+    setup_logging,
+)
+from streamasr.errors import InputError, UsageError
+from streamasr.render import Renderer
+from streamasr.stream import StreamOptions, StreamSession
+
+log = logging.getLogger("streamasr")
+
+
+def stream_one(
+    path: str,
+    recognizer: Recognizer,
+    renderer: Renderer,
+    options: StreamOptions,
+    realtime: bool,
+) -> None:
+    """Stream one file; on any interruption, flush what was recognised, then re-raise."""
+    source = FileSource(path)
+    if source.info.frames == 0:
+        log.warning("%s has no audio samples; the transcript is empty", path)
+    session = StreamSession(recognizer, source.sample_rate, path, options)
+    renderer.begin(path)
+    blocks = source.blocks(session.block_s)
+    if realtime:
+        blocks = paced(blocks, source.sample_rate)
+    try:
+        for block in blocks:
+            for event in session.feed(block):
+                renderer.event(event)
+    finally:
+        for event in session.finish():
+            renderer.event(event)
+        renderer.end(session.summary())
+        source.close()
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `file` command."""
+
+    @app.command("file")
+    def file_command(
+        paths: Annotated[
+            list[str], typer.Argument(help="Audio files (wav, flac, ogg, ...); '-' reads stdin.")
+        ],
+        model: ModelOpt = None,
+        chunk: ChunkOpt = None,
+        fp32: Fp32Opt = False,
+        threads: ThreadsOpt = 2,
+        decoding_method: DecodingOpt = "greedy_search",
+        hotwords: HotwordsOpt = None,
+        hotwords_score: HotwordsScoreOpt = 1.5,
+        endpoint: EndpointOpt = True,
+        rule1: Rule1Opt = 2.4,
+        rule2: Rule2Opt = 1.2,
+        rule3: Rule3Opt = 20.0,
+        block_ms: BlockOpt = None,
+        tail_padding: TailOpt = 0.66,
+        realtime: Annotated[
+            bool, typer.Option(help="Feed at the audio's own speed, so wall-clock timings are real.")
+        ] = False,
+        fmt: FormatOpt = None,
+        verbose: VerboseOpt = False,
+    ) -> None:
+        """Stream audio files in fixed blocks: live partials, finals, first-token timing."""
+        setup_logging(verbose)
+        with cli_errors():
+            recognizer, options, renderer = _prepare(
+                model, chunk, fp32, threads, decoding_method, hotwords, hotwords_score,
+                endpoint, rule1, rule2, rule3, block_ms, tail_padding, realtime, fmt,
+            )
+        failed = 0
+        for path in paths:
+            try:
+                stream_one(path, recognizer, renderer, options, realtime)
+            except InputError as exc:
+                failed += 1
+                report_error(exc)
+            except KeyboardInterrupt:
+                err_console.print("[yellow]interrupted; flushed what was recognised[/yellow]")
+                raise typer.Exit(EXIT_INTERRUPTED) from None
+        if failed:
+            err_console.print(f"{failed} of {len(paths)} inputs failed", highlight=False)
+            raise typer.Exit(1)
+
+
+def _prepare(
+    model: str | None,
+    chunk: int | None,
+    fp32: bool,
+    threads: int,
+    decoding_method: str,
+    hotwords: str | None,
+    hotwords_score: float,
+    endpoint: bool,
+    rule1: float,
+    rule2: float,
+    rule3: float,
+    block_ms: float | None,
+    tail_padding: float,
+    realtime: bool,
+    fmt: str | None,
+) -> tuple[Recognizer, StreamOptions, Renderer]:
+    """Validate every option before any audio is touched, then load the model."""
+    from streamasr.backends.sherpa import SherpaRecognizer
+    from streamasr.modeldir import resolve_model
+
+    if block_ms is not None and block_ms <= 0:
+        raise UsageError(f"--block-ms must be positive, got {block_ms}")
+    if tail_padding < 0:
+        raise UsageError(f"--tail-padding must be zero or more seconds, got {tail_padding}")
+    if chunk is not None and chunk <= 0:
+        raise UsageError(f"--chunk must be a positive number of 50 Hz frames, got {chunk}")
+    fmt_name = choose_format(fmt)
+    engine = engine_options(
+        threads, decoding_method, hotwords, hotwords_score, endpoint, rule1, rule2, rule3
+    )
+    files = resolve_model(model, chunk, prefer_int8=not fp32)
+    recognizer = SherpaRecognizer(files, engine)
+    log.info("model: %s", recognizer.description)
+    options = StreamOptions(
+        block_s=block_ms / 1000 if block_ms else None, tail_padding_s=tail_padding
+    )
+    return recognizer, options, make_renderer(fmt_name, realtime)
