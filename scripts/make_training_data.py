@@ -71,7 +71,7 @@ def _render_one(job: tuple[str, str, tts.UtteranceSpec]) -> dict:
     """Worker: render one utterance, write its wav, return its manifest row."""
     out_dir, rel_path, spec = job
     utt = tts.render(spec)
-    tts.write_wav(os.path.join(out_dir, rel_path), utt.samples)
+    tts.write_audio(os.path.join(out_dir, rel_path), utt.samples)
     sr = tts.SAMPLE_RATE
     return {
         "audio_filepath": rel_path,

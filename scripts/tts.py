@@ -264,8 +264,11 @@ def render(spec: UtteranceSpec) -> Utterance:
     return Utterance(samples=audio, onset_sample=lead, end_sample=lead + speech.size)
 
 
-def write_wav(path: str, samples: np.ndarray) -> None:
-    """Write 16 kHz mono 16-bit PCM (rounded, not truncated, so bytes are reproducible)."""
+def write_audio(path: str, samples: np.ndarray) -> None:
+    """Write 16 kHz mono 16-bit PCM, WAV or FLAC by the file's extension.
+
+    Samples are rounded, not truncated, to 16 bits, so the bytes are reproducible.
+    """
     import soundfile as sf
 
     pcm = np.round(samples * 32768.0).clip(-32768, 32767).astype("<i2")
