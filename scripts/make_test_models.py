@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Build the tiny random-weight streaming Zipformer2 models used by the tests.
+
+Why: tests must run the real engine (sherpa-onnx) on a real streaming Zipformer2
+export, and released models cannot be downloaded here (and are 70+ MB). These
+models use the real architecture, built and exported by the PyPI ``zipformer``
+package's own code, with random weights from a fixed seed. Their text output is
+meaningless but deterministic.
+
+Produces (under --out-dir, default ``models/``)::
+
+    tiny-random-transducer/  encoder/decoder/joiner for chunk 16 and chunk 32 (left 64),
+                             the same weights exported twice; tokens.txt
+    tiny-random-ctc/         one streaming CTC model, chunk 16 left 64; tokens.txt
+
+Usage::
+
+    pip install --no-deps zipformer==0.1.3 simple-sentencepiece onnxconverter_common
+    pip install importlib_resources kaldifst
+    python scripts/make_test_models.py            # writes models/tiny-random-*/
+    python scripts/make_test_models.py --check    # and decodes a test wav with sherpa-onnx
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import zf_compat  # noqa: E402
+
+zf_compat.install()
+
+from zipformer.bin import export as zf_export  # noqa: E402
+from zipformer.bin.train import get_model  # noqa: E402
+from zipformer.utils import AttributeDict  # noqa: E402
+
+SEED = 20261130
+LEFT_CONTEXT = 64
+TRANSDUCER_CHUNKS = (16, 32)
+CTC_CHUNK = 16
+
+# Character vocabulary. sherpa-onnx concatenates token strings and turns the
+# SentencePiece word-boundary mark U+2581 into a space (and strips the leading
+# one), so "▁" is the word separator of this char vocabulary.
+WORD_BOUNDARY = "\u2581"
+TOKENS: list[str] = (
+    ["<blk>", WORD_BOUNDARY] + [chr(c) for c in range(ord("A"), ord("Z") + 1)] + ["'"]
+)
+
+# 6 stacks x 1 layer, 32-dim: the real Zipformer2 layout at a tiny size.
+TINY_ARCH: dict[str, str | int] = {
+    "num_encoder_layers": "1,1,1,1,1,1",
+    "downsampling_factor": "1,2,4,8,4,2",
+    "feedforward_dim": "64,64,64,64,64,64",
+    "num_heads": "2,2,2,2,2,2",
+    "encoder_dim": "32,32,32,32,32,32",
+    "encoder_unmasked_dim": "32,32,32,32,32,32",
+    "query_head_dim": "16",
+    "value_head_dim": "8",
+    "pos_head_dim": "4",
+    "pos_dim": 16,
+    "cnn_module_kernel": "31,31,15,15,15,31",
+    "decoder_dim": 32,
+    "joiner_dim": 32,
+    "context_size": 2,
+}
+
+
+def write_tokens(path: Path, tokens: list[str] = TOKENS) -> None:
+    """Write tokens.txt in sherpa-onnx format: '<symbol> <id>' per line."""
+    path.write_text("".join(f"{tok} {i}\n" for i, tok in enumerate(tokens)), encoding="utf-8")
+
+
+def model_params(
+    *,
+    use_transducer: bool,
+    use_ctc: bool,
+    chunk: int,
+    left: int,
+    arch: dict[str, str | int] = TINY_ARCH,
+    vocab_size: int = len(TOKENS),
+) -> AttributeDict:
+    """The parameter dict the package's get_model() and exporter expect."""
+    params = AttributeDict(
+        {
+            "feature_dim": 80,
+            "sample_rate": 16000,
+            "causal": True,
+            "chunk_size": str(chunk),
+            "left_context_frames": str(left),
+            "use_transducer": use_transducer,
+            "use_ctc": use_ctc,
+            "use_cr_ctc": False,
+            "use_attention_decoder": False,
+            "attention_decoder_dim": 32,
+            "attention_decoder_num_layers": 1,
+            "attention_decoder_attention_dim": 32,
+            "attention_decoder_num_heads": 2,
+            "attention_decoder_feedforward_dim": 64,
+            "blank_id": 0,
+            "sos_id": 0,
+            "eos_id": 0,
+            "ignore_id": -1,
+            "label_smoothing": 0.1,
+            "vocab_size": vocab_size,
+            # exporter options
+            "dynamic_batch": True,
+            "use_external_data": False,
+            "export_fp16": False,
+            "enable_int8_quantization": False,
+        }
+    )
+    params.update(arch)
+    return params
+
+
+def set_streaming_config(model: torch.nn.Module, chunk: int, left: int) -> None:
+    """Fix the chunk/left context the exporter bakes into the ONNX graph."""
+    model.encoder.chunk_size = (chunk,)
+    model.encoder.left_context_frames = (left,)
+
+
+def export_transducer(
+    model: torch.nn.Module, params: AttributeDict, out_dir: Path, chunk: int, left: int
+) -> None:
+    """Export encoder/decoder/joiner with the package exporter into out_dir."""
+    set_streaming_config(model, chunk, left)
+    with tempfile.TemporaryDirectory() as tmp:
+        params.exp_dir = Path(tmp)
+        params.suffix = f"epoch-0-avg-1-chunk-{chunk}-left-{left}"
+        with torch.no_grad():
+            zf_export.export_onnx_streaming_transducer(params, model)
+        for f in sorted(Path(tmp).glob("*.onnx")):
+            shutil.move(str(f), out_dir / f.name)
+
+
+def export_ctc(
+    model: torch.nn.Module, params: AttributeDict, out_dir: Path, chunk: int, left: int
+) -> None:
+    """Export one streaming CTC model with the package exporter into out_dir."""
+    set_streaming_config(model, chunk, left)
+    with tempfile.TemporaryDirectory() as tmp:
+        params.exp_dir = Path(tmp)
+        params.suffix = f"epoch-0-avg-1-chunk-{chunk}-left-{left}"
+        with torch.no_grad():
+            zf_export.export_onnx_streaming_ctc(params, model)
+        for f in sorted(Path(tmp).glob("*.onnx")):
+            shutil.move(str(f), out_dir / f.name)
+
+
+def build_random(params: AttributeDict, seed: int) -> torch.nn.Module:
+    """Build the model with the package's get_model() from a fixed seed."""
+    zf_compat.fix_random_seed(seed)
+    model = get_model(params)
+    model.eval()
+    return model
+
+
+def make_transducer(out_dir: Path, seed: int) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    params = model_params(
+        use_transducer=True, use_ctc=False, chunk=TRANSDUCER_CHUNKS[0], left=LEFT_CONTEXT
+    )
+    model = build_random(params, seed)
+    for chunk in TRANSDUCER_CHUNKS:
+        export_transducer(model, params, out_dir, chunk, LEFT_CONTEXT)
+    write_tokens(out_dir / "tokens.txt")
+
+
+def make_ctc(out_dir: Path, seed: int) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    params = model_params(use_transducer=False, use_ctc=True, chunk=CTC_CHUNK, left=LEFT_CONTEXT)
+    model = build_random(params, seed + 1)
+    export_ctc(model, params, out_dir, CTC_CHUNK, LEFT_CONTEXT)
+    write_tokens(out_dir / "tokens.txt")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def check(models_dir: Path, wav: Path) -> None:
+    """Stream a wav through real sherpa-onnx with each export and print the text."""
+    import sherpa_onnx
+    import soundfile as sf
+
+    samples, rate = sf.read(str(wav), dtype="float32", always_2d=True)
+    samples = samples.mean(axis=1)
+    tdir = models_dir / "tiny-random-transducer"
+    recognizers = {}
+    for chunk in TRANSDUCER_CHUNKS:
+        suffix = f"epoch-0-avg-1-chunk-{chunk}-left-{LEFT_CONTEXT}"
+        recognizers[f"transducer chunk {chunk}"] = sherpa_onnx.OnlineRecognizer.from_transducer(
+            tokens=str(tdir / "tokens.txt"),
+            encoder=str(tdir / f"encoder-{suffix}.onnx"),
+            decoder=str(tdir / f"decoder-{suffix}.onnx"),
+            joiner=str(tdir / f"joiner-{suffix}.onnx"),
+            num_threads=1,
+        )
+    cdir = models_dir / "tiny-random-ctc"
+    recognizers[f"ctc chunk {CTC_CHUNK}"] = sherpa_onnx.OnlineRecognizer.from_zipformer2_ctc(
+        tokens=str(cdir / "tokens.txt"),
+        model=str(cdir / f"ctc-epoch-0-avg-1-chunk-{CTC_CHUNK}-left-{LEFT_CONTEXT}.onnx"),
+        num_threads=1,
+    )
+    for name, rec in recognizers.items():
+        stream = rec.create_stream()
+        stream.accept_waveform(rate, samples)
+        stream.input_finished()
+        while rec.is_ready(stream):
+            rec.decode_stream(stream)
+        result = rec.get_result_all(stream)
+        print(f"{name}: text={result.text!r} tokens={len(result.tokens)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out-dir", type=Path, default=Path("models"))
+    parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument(
+        "--check",
+        type=Path,
+        default=None,
+        metavar="WAV",
+        help="decode WAV with each model afterwards",
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(1)
+
+    make_transducer(args.out_dir / "tiny-random-transducer", args.seed)
+    make_ctc(args.out_dir / "tiny-random-ctc", args.seed)
+    for sub in ("tiny-random-transducer", "tiny-random-ctc"):
+        for f in sorted((args.out_dir / sub).iterdir()):
+            print(f"{sha256(f)}  {sub}/{f.name}  ({f.stat().st_size} bytes)")
+    if args.check is not None:
+        check(args.out_dir, args.check)
+
+
+if __name__ == "__main__":
+    main()
