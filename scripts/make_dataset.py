@@ -87,9 +87,9 @@ def write_dataset(out: Path, specs: list[tts.UtteranceSpec]) -> float:
             row = {
                 "audio_filepath": f"wavs/{utt_id}.wav",
                 "text": spec.text,
-                "duration": round(duration, 6),
-                "speech_onset_s": round(utt.onset_sample / sr, 6),
-                "speech_end_s": round(utt.end_sample / sr, 6),
+                "duration": round(duration, 7),
+                "speech_onset_s": round(utt.onset_sample / sr, 7),
+                "speech_end_s": round(utt.end_sample / sr, 7),
                 "id": utt_id,
                 "voice": spec.voice,
                 "speed": spec.speed,
@@ -107,7 +107,7 @@ def write_dataset(out: Path, specs: list[tts.UtteranceSpec]) -> float:
     files = {
         "wav.scp": [f"{u} wavs/{u}.wav" for u, *_ in kaldi_rows],
         "text": [f"{u} {text}" for u, text, _, _ in kaldi_rows],
-        "utt2dur": [f"{u} {dur:.6f}" for u, _, dur, _ in kaldi_rows],
+        "utt2dur": [f"{u} {dur:.7f}" for u, _, dur, _ in kaldi_rows],
         "utt2spk": [f"{u} {spk}" for u, _, _, spk in kaldi_rows],
         "spk2utt": [f"{spk} {' '.join(utts)}" for spk, utts in sorted(spk2utt.items())],
     }

@@ -61,7 +61,7 @@ def plan_split(
     seen, heldout = tts.seen_voices(), tts.heldout_voices()
     specs = []
     for i, text in enumerate(sentences):
-        # Alternate deterministically so the held-out share is exact, not just expected.
+        # Every k-th utterance, not a coin flip, so the held-out share does not vary by seed.
         use_heldout = heldout_fraction > 0 and (i % round(1 / heldout_fraction) == 0)
         specs.append(tts.random_spec(rng, text, heldout if use_heldout else seen))
     return specs
@@ -76,9 +76,9 @@ def _render_one(job: tuple[str, str, tts.UtteranceSpec]) -> dict:
     return {
         "audio_filepath": rel_path,
         "text": spec.text,
-        "duration": round(utt.samples.size / sr, 6),
-        "speech_onset_s": round(utt.onset_sample / sr, 6),
-        "speech_end_s": round(utt.end_sample / sr, 6),
+        "duration": round(utt.samples.size / sr, 7),
+        "speech_onset_s": round(utt.onset_sample / sr, 7),
+        "speech_end_s": round(utt.end_sample / sr, 7),
         "voice": spec.voice,
         "speed": spec.speed,
         "pitch": spec.pitch,
