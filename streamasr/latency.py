@@ -1,0 +1,685 @@
+"""What a streaming setting costs in milliseconds, derived line by line, and measured.
+
+Every figure is a `BudgetLine` that carries the formula it came from, so the table shows the
+arithmetic instead of asking to be trusted. Three families are covered:
+
+- sherpa-onnx streaming Zipformer exports (from `decode_chunk_len` and `T` in the encoder
+  metadata, fbank 25 ms window / 10 ms shift, snip_edges=false);
+- NeMo cache-aware FastConformer, `att_context_size=[L, R]`, chunked_limited or regular;
+- WeNet U2-style chunks counted in encoder steps (`--chunk N --subsampling 4`).
+
+All derived latencies are algorithmic: they assume the network takes no time.
+`measure_engine` feeds audio to a real sherpa-onnx recognizer to find when encoder steps
+actually run and how long each takes on this machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from streamasr.errors import ModelError, UsageError
+from streamasr.mask import UNLIMITED, validate_att_context_size
+from streamasr.onnx_meta import EncoderMetadata
+
+log = logging.getLogger("streamasr")
+
+FBANK_SHIFT_MS = 10.0  # 100 Hz feature frames
+FBANK_WINDOW_MS = 25.0
+#: With snip_edges=false a frame is centred on its 10 ms shift, so its window reaches this
+#: far past the shift's end: (25 - 10) / 2 = 7.5 ms.
+FBANK_TAIL_MS = (FBANK_WINDOW_MS - FBANK_SHIFT_MS) / 2
+CHUNK_FRAME_MS = 20.0  # icefall counts --chunk in 50 Hz frames
+ZIPFORMER_OUTPUT_MS = 40.0  # 25 Hz encoder output: 2x front end, 2x output downsampling
+ZIPFORMER2_PAD_FRAMES = 13  # 7 for the subsampling convs + 2 * 3 for ConvNeXt
+ZIPFORMER_PAD_FRAMES = 7  # zipformer (v1): the subsampling convs only
+
+
+@dataclass(frozen=True)
+class PublishedExport:
+    """The export settings of a released sherpa-onnx streaming Zipformer, as published.
+
+    These are the values the released encoder files carry in their metadata; they are kept
+    here so `streamasr latency --model en-20M` works without downloading anything.
+    """
+
+    release: str
+    model_type: str
+    chunk: int  # 50 Hz frames
+    left_context: int  # 50 Hz frames (left_context_len of the first stack)
+    decode_chunk_len: int
+    T: int  # noqa: N815 - the metadata key's own name
+
+
+def _zipformer2(release: str, left: int) -> PublishedExport:
+    return PublishedExport(release, "zipformer2", 16, left, 32, 32 + ZIPFORMER2_PAD_FRAMES)
+
+
+def _zipformer(release: str, left: int) -> PublishedExport:
+    return PublishedExport(release, "zipformer", 16, left, 32, 32 + ZIPFORMER_PAD_FRAMES)
+
+
+#: Published export settings of released streaming Zipformers (sherpa-onnx model releases).
+#: zipformer2 exports: decode_chunk_len 32, T 45 (chunk 16, 13 frames of front-end
+#: look-ahead); zipformer (v1, pruned_transducer_stateless7_streaming): T 39, 4 left chunks.
+PUBLISHED_EXPORTS: dict[str, tuple[PublishedExport, ...]] = {
+    "sherpa-onnx-streaming-zipformer-en-20M-2023-02-17": (
+        _zipformer("sherpa-onnx-streaming-zipformer-en-20M-2023-02-17", 64),
+    ),
+    "sherpa-onnx-streaming-zipformer-en-2023-06-26": (
+        _zipformer2("sherpa-onnx-streaming-zipformer-en-2023-06-26", 128),
+        _zipformer2("sherpa-onnx-streaming-zipformer-en-2023-06-26", 64),
+    ),
+    "sherpa-onnx-streaming-zipformer-bilingual-zh-en-2023-02-20": (
+        _zipformer("sherpa-onnx-streaming-zipformer-bilingual-zh-en-2023-02-20", 64),
+    ),
+    "sherpa-onnx-streaming-zipformer-multi-zh-hans-2023-12-12": (
+        _zipformer2("sherpa-onnx-streaming-zipformer-multi-zh-hans-2023-12-12", 128),
+    ),
+}
+PUBLISHED_ALIASES: dict[str, str] = {
+    "en-20M": "sherpa-onnx-streaming-zipformer-en-20M-2023-02-17",
+    "en": "sherpa-onnx-streaming-zipformer-en-2023-06-26",
+    "bilingual-zh-en": "sherpa-onnx-streaming-zipformer-bilingual-zh-en-2023-02-20",
+    "multi-zh-hans": "sherpa-onnx-streaming-zipformer-multi-zh-hans-2023-12-12",
+}
+
+
+def is_published_name(name: str) -> bool:
+    """True when `name` is a released model's short or full name."""
+    return name in PUBLISHED_ALIASES or name in PUBLISHED_EXPORTS
+
+
+def published_export(name: str, chunk: int | None = None) -> PublishedExport:
+    """Look up a released model by alias or release name; the first export if several."""
+    release = PUBLISHED_ALIASES.get(name, name)
+    exports = PUBLISHED_EXPORTS.get(release)
+    if exports is None:
+        valid = ", ".join(f"{a} ({r})" for a, r in PUBLISHED_ALIASES.items())
+        raise ModelError(
+            f"unknown model {name!r}. Known released models: {valid}; "
+            "or pass --model DIR with a sherpa-onnx streaming model directory"
+        )
+    if chunk is not None:
+        exports = tuple(e for e in exports if e.chunk == chunk)
+        if not exports:
+            have = sorted({e.chunk for e in PUBLISHED_EXPORTS[release]})
+            raise ModelError(
+                f"{release} has no export for --chunk {chunk}; it was released with chunk "
+                f"{', '.join(map(str, have))} (50 Hz frames, 16 = 320 ms)"
+            )
+    return exports[0]
+
+
+@dataclass(frozen=True)
+class BudgetLine:
+    """One row of the latency table: a quantity, its value, and how it was obtained."""
+
+    key: str
+    quantity: str
+    value: float  # math.inf means unlimited
+    unit: str  # "ms", "s", "Hz", "steps", "chunks", "frames", "x"
+    formula: str
+    note: str = ""
+    measured: bool = False
+    flagged: bool = False  # a measured figure that disagrees with the derived one
+
+    @property
+    def text(self) -> str:
+        """The value as shown: "1120 ms", "5.6 s", "unlimited"."""
+        return format_value(self.value, self.unit)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: an unlimited value becomes null with text "unlimited"."""
+        return {
+            "key": self.key,
+            "quantity": self.quantity,
+            "value": None if math.isinf(self.value) else self.value,
+            "unit": self.unit,
+            "text": self.text,
+            "formula": self.formula,
+            "note": self.note,
+            "measured": self.measured,
+            "flagged": self.flagged,
+        }
+
+
+@dataclass(frozen=True)
+class LatencyBudget:
+    """A titled list of budget lines, the settings they came from, and footnotes."""
+
+    title: str
+    family: str  # "zipformer", "nemo", "chunk"
+    settings: dict[str, Any]
+    lines: tuple[BudgetLine, ...]
+    notes: tuple[str, ...] = ()
+
+    def get(self, key: str) -> BudgetLine:
+        """The line with this key (KeyError names the keys there are)."""
+        for line in self.lines:
+            if line.key == key:
+                return line
+        raise KeyError(f"{key!r} not in budget; keys: {', '.join(self.keys())}")
+
+    def keys(self) -> tuple[str, ...]:
+        return tuple(line.key for line in self.lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "family": self.family,
+            "settings": dict(self.settings),
+            "lines": [line.to_dict() for line in self.lines],
+            "notes": list(self.notes),
+        }
+
+
+def _num(value: float) -> str:
+    """Shortest honest rendering: 1120, 457.5, 0.83."""
+    if math.isinf(value):
+        return "unlimited"
+    if abs(value - round(value)) < 1e-9:
+        return str(int(round(value)))
+    if abs(value) < 10:
+        return f"{value:.2f}".rstrip("0").rstrip(".")
+    return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+def format_value(value: float, unit: str) -> str:
+    if math.isinf(value):
+        return "unlimited"
+    if unit == "x":
+        return f"{value:.3f}"
+    return f"{_num(value)} {unit}"
+
+
+_ZERO_COMPUTE_NOTE = (
+    "Algorithmic latencies: they assume the network takes no time. Compute comes on top "
+    "(--measure adds it for a sherpa-onnx model)."
+)
+
+
+# --- sherpa-onnx streaming Zipformer ----------------------------------------------------
+
+
+def zipformer_budget(
+    decode_chunk_len: int,
+    T: int,  # noqa: N803 - the metadata key's own name
+    *,
+    left_context: int = 0,
+    model_type: str = "zipformer2",
+    source: str = "",
+) -> LatencyBudget:
+    """The budget of a Zipformer export from its two metadata numbers.
+
+    `decode_chunk_len` and `T` count 100 Hz fbank frames; `left_context` counts 50 Hz frames
+    (0 when not known).
+    """
+    if decode_chunk_len <= 0 or T < decode_chunk_len:
+        raise ModelError(
+            f"decode_chunk_len={decode_chunk_len}, T={T}: need 0 < decode_chunk_len <= T"
+        )
+    shift = FBANK_SHIFT_MS
+    pad = T - decode_chunk_len
+    chunk_ms = decode_chunk_len * shift
+    look_ms = pad * shift
+    tail = FBANK_TAIL_MS
+    first_ms = T * shift + tail
+    worst_ms = chunk_ms + look_ms + tail
+    best_ms = look_ms + tail
+    average_ms = look_ms + tail + chunk_ms / 2
+    chunk50 = decode_chunk_len / 2
+    if pad == ZIPFORMER2_PAD_FRAMES:
+        pad_note = "7 frames for the subsampling convs + 2 x 3 for ConvNeXt"
+    elif pad == ZIPFORMER_PAD_FRAMES:
+        pad_note = "7 frames for the subsampling convs"
+    else:
+        pad_note = ""
+    lines = [
+        BudgetLine(
+            "chunk_ms", "chunk (audio per encoder step)", chunk_ms, "ms",
+            f"decode_chunk_len x 10 ms = {decode_chunk_len} x 10 ms",
+            f"= --chunk {_num(chunk50)} x 20 ms (50 Hz frames)",
+        ),
+        BudgetLine(
+            "lookahead_ms", "look-ahead (front end, past the chunk)", look_ms, "ms",
+            f"(T - decode_chunk_len) x 10 ms = ({T} - {decode_chunk_len}) x 10 ms",
+            pad_note,
+        ),
+        BudgetLine(
+            "window_tail_ms", "fbank window past its last frame", tail, "ms",
+            "(25 ms window - 10 ms shift) / 2, snip_edges=false",
+        ),
+        BudgetLine(
+            "first_step_ms", "audio needed before the first encoder step", first_ms, "ms",
+            f"T x 10 ms + 7.5 ms = {T} x 10 + 7.5",
+            f"= chunk + look-ahead + tail = {_num(chunk_ms)} + {_num(look_ms)} + 7.5",
+        ),
+        BudgetLine(
+            "step_interval_ms", "then one encoder step every", chunk_ms, "ms",
+            "decode_chunk_len x 10 ms",
+        ),
+        BudgetLine(
+            "worst_ms", "worst-case latency (audio at a chunk's first frame)", worst_ms, "ms",
+            f"chunk + look-ahead + tail = {_num(chunk_ms)} + {_num(look_ms)} + 7.5",
+        ),
+        BudgetLine(
+            "best_ms", "best case (audio at a chunk's last frame)", best_ms, "ms",
+            f"look-ahead + tail = {_num(look_ms)} + 7.5",
+        ),
+        BudgetLine(
+            "average_ms", "average algorithmic latency", average_ms, "ms",
+            f"look-ahead + tail + chunk / 2 = {_num(look_ms)} + 7.5 + {_num(chunk_ms / 2)}",
+            "mean over where in the chunk the audio falls",
+        ),
+        BudgetLine(
+            "output_rate_hz", "encoder output frame rate", 1000 / ZIPFORMER_OUTPUT_MS, "Hz",
+            "100 Hz / 2 (front end) / 2 (output downsampling) = one frame per 40 ms",
+            f"{_num(chunk_ms / ZIPFORMER_OUTPUT_MS)} output frames per encoder step",
+        ),
+    ]
+    if left_context > 0:
+        lines.append(
+            BudgetLine(
+                "left_context_s", "left context (attention history)",
+                left_context * CHUNK_FRAME_MS / 1000, "s",
+                f"left_context_len x 20 ms = {left_context} x 20 ms",
+                f"= {_num(left_context / chunk50)} chunks",
+            )
+        )
+    settings = {"model_type": model_type, "decode_chunk_len": decode_chunk_len, "T": T,
+                "chunk": chunk50 if chunk50 % 1 else int(chunk50)}
+    if left_context > 0:
+        settings["left_context"] = left_context
+    title = f"{model_type} export, chunk {_num(chunk50)}"
+    if source:
+        title += f" ({source})"
+    return LatencyBudget(title, "zipformer", settings, tuple(lines), (_ZERO_COMPUTE_NOTE,))
+
+
+def budget_from_metadata(meta: EncoderMetadata) -> LatencyBudget:
+    """The budget of an exported encoder file, from its ONNX metadata."""
+    return zipformer_budget(
+        meta.decode_chunk_len, meta.T, left_context=meta.left_context,
+        model_type=meta.model_type, source=f"metadata of {meta.path.name}",
+    )
+
+
+def budget_from_published(export: PublishedExport) -> LatencyBudget:
+    """The budget of a released model from its published export settings."""
+    return zipformer_budget(
+        export.decode_chunk_len, export.T, left_context=export.left_context,
+        model_type=export.model_type,
+        source=f"{export.release}, published export settings",
+    )
+
+
+def budget_for_zipformer2_chunk(chunk: int) -> LatencyBudget:
+    """Textbook zipformer2 arithmetic for `--chunk N` when no model is given."""
+    if chunk < 1:
+        raise UsageError(f"--chunk {chunk}: use a positive number of 50 Hz frames, e.g. 16")
+    budget = zipformer_budget(
+        2 * chunk, 2 * chunk + ZIPFORMER2_PAD_FRAMES,
+        source="no model read: decode_chunk_len = 2 x chunk, T = decode_chunk_len + 13",
+    )
+    return budget
+
+
+# --- NeMo cache-aware FastConformer -------------------------------------------------------
+
+
+def nemo_budget(
+    left: int,
+    right: int,
+    *,
+    style: str = "chunked_limited",
+    layers: int = 17,
+    subsampling: int = 8,
+    window_stride_ms: float = 10.0,
+) -> LatencyBudget:
+    """The budget of `att_context_size=[left, right]` in NeMo's arithmetic.
+
+    Defaults follow NeMo's shipped cache-aware streaming config: 17 layers, 8x subsampling,
+    10 ms window stride.
+    """
+    validate_att_context_size(left, right, style)
+    if layers < 1:
+        raise UsageError(f"--layers {layers}: use 1 or more layers")
+    if subsampling < 1:
+        raise UsageError(f"--subsampling {subsampling}: use a factor >= 1 (FastConformer: 8)")
+    step = subsampling * window_stride_ms
+    stride = _num(window_stride_ms)
+    unlimited_left = left == UNLIMITED
+    lines = [
+        BudgetLine(
+            "step_ms", "encoder step", step, "ms",
+            f"subsampling x window stride = {subsampling} x {stride} ms",
+        )
+    ]
+    settings: dict[str, Any] = {
+        "att_context_size": [left, right], "style": style, "layers": layers,
+        "subsampling": subsampling, "window_stride_ms": window_stride_ms,
+    }
+    notes = [_ZERO_COMPUTE_NOTE]
+    if style == "chunked_limited":
+        chunk_size = right + 1
+        chunk_ms = chunk_size * step
+        look_ms = right * step
+        lines += [
+            BudgetLine(
+                "chunk_ms", "chunk", chunk_ms, "ms",
+                f"(R + 1) x step = {chunk_size} x {_num(step)} ms",
+                f"{chunk_size} encoder step{'s' if chunk_size != 1 else ''}",
+            ),
+            BudgetLine(
+                "lookahead_ms", "worst-case look-ahead (first step of a chunk)", look_ms, "ms",
+                f"R x step = {right} x {_num(step)} ms",
+                "NeMo's formula: att_context_size[1] x subsampling_factor x window_stride",
+            ),
+            BudgetLine(
+                "lookahead_last_ms", "look-ahead of a chunk's last step", 0.0, "ms",
+                "it waits for no later step",
+            ),
+            BudgetLine(
+                "average_ms", "average look-ahead (cache-aware paper)", look_ms / 2, "ms",
+                f"R x step / 2 = {_num(look_ms)} / 2",
+                "half the worst case, the convention of arXiv:2312.17279",
+            ),
+            BudgetLine(
+                "eil_ms", "EIL, Emformer convention", chunk_ms / 2, "ms",
+                f"(R + 1) x step x 0.5 = {_num(chunk_ms)} x 0.5",
+                "the whole chunk as Emformer's center block, discounted by 0.5",
+            ),
+        ]
+        if unlimited_left:
+            lines += [
+                BudgetLine("history_s", "history (left context)", math.inf, "s",
+                           "L = -1: every earlier step"),
+                BudgetLine("history_chunks", "history in chunks", math.inf, "chunks",
+                           "L = -1: every earlier chunk"),
+            ]
+        else:
+            lines += [
+                BudgetLine("history_s", "history (left context)", left * step / 1000, "s",
+                           f"L x step = {left} x {_num(step)} ms"),
+                BudgetLine("history_chunks", "history in chunks", left // chunk_size, "chunks",
+                           f"L // (R + 1) = {left} // {chunk_size}"),
+            ]
+        lines.append(
+            BudgetLine(
+                "depth_lookahead_ms", f"look-ahead through {layers} layers", look_ms, "ms",
+                "R x step, whatever the depth",
+                "no step sees past its chunk, so depth adds nothing",
+            )
+        )
+        title = f"NeMo att_context_size=[{left},{right}], chunked_limited"
+    else:
+        if right == UNLIMITED:
+            per_layer = math.inf
+            depth_ms = math.inf
+            depth_formula = "R = -1: the whole future (offline)"
+        else:
+            per_layer = right * step
+            depth_ms = layers * right * step
+            depth_formula = f"layers x R x step = {layers} x {right} x {_num(step)} ms"
+        lines += [
+            BudgetLine(
+                "layer_lookahead_ms", "look-ahead per layer", per_layer, "ms",
+                f"R x step = {right} x {_num(step)} ms" if right != UNLIMITED else "R = -1",
+            ),
+            BudgetLine(
+                "lookahead_ms", f"look-ahead through {layers} layers", depth_ms, "ms",
+                depth_formula,
+                "a band mask: each layer looks R steps past the last one's outputs",
+            ),
+            BudgetLine(
+                "average_ms", "average look-ahead", depth_ms, "ms",
+                "= worst case: every step waits the same",
+            ),
+        ]
+        if unlimited_left:
+            lines.append(BudgetLine("history_s", "history per layer", math.inf, "s",
+                                    "L = -1: every earlier step"))
+        else:
+            lines += [
+                BudgetLine("history_s", "history per layer", left * step / 1000, "s",
+                           f"L x step = {left} x {_num(step)} ms"),
+                BudgetLine("depth_history_s", f"history through {layers} layers",
+                           layers * left * step / 1000, "s",
+                           f"layers x L x step = {layers} x {left} x {_num(step)} ms"),
+            ]
+        title = f"NeMo att_context_size=[{left},{right}], regular (band)"
+        notes.append(
+            "The band's look-ahead adds up layer by layer; chunked_limited keeps it at "
+            "R x step at any depth."
+        )
+    return LatencyBudget(title, "nemo", settings, tuple(lines), tuple(notes))
+
+
+# --- WeNet U2-style chunks counted in encoder steps ----------------------------------------
+
+
+def chunk_budget(
+    chunk: int, *, subsampling: int = 4, left_chunks: int = UNLIMITED
+) -> LatencyBudget:
+    """`--chunk N` counted in encoder steps of `subsampling` x 10 ms, as WeNet's U2 does."""
+    if chunk < 1:
+        raise UsageError(f"--chunk {chunk}: use a positive number of encoder steps")
+    if subsampling < 1:
+        raise UsageError(f"--subsampling {subsampling}: use a factor >= 1 (U2: 4)")
+    if left_chunks < UNLIMITED:
+        raise UsageError(f"--left-chunks {left_chunks}: use >= 0, or -1 for unlimited")
+    step = subsampling * FBANK_SHIFT_MS
+    chunk_ms = chunk * step
+    lines = [
+        BudgetLine("step_ms", "encoder step", step, "ms",
+                   f"subsampling x 10 ms = {subsampling} x 10 ms"),
+        BudgetLine("chunk_ms", "chunk", chunk_ms, "ms",
+                   f"chunk x step = {chunk} x {_num(step)} ms"),
+        BudgetLine("worst_ms", "worst-case latency (U2 convention)", chunk_ms, "ms",
+                   "the whole chunk", "U2's abstract quotes the chunk length"),
+        BudgetLine("average_ms", "average latency (U2++ convention)", chunk_ms / 2, "ms",
+                   f"chunk / 2 = {_num(chunk_ms)} / 2", "'ranged from 0 to the chunk'"),
+        BudgetLine("lookahead_ms", "worst-case look-ahead, NeMo convention",
+                   (chunk - 1) * step, "ms",
+                   f"(chunk - 1) x step = {chunk - 1} x {_num(step)} ms",
+                   "counted from the end of a chunk's first step"),
+    ]
+    if left_chunks == UNLIMITED:
+        lines.append(BudgetLine("history_s", "history (left context)", math.inf, "s",
+                                "--left-chunks -1: every earlier chunk"))
+    else:
+        lines.append(BudgetLine("history_s", "history (left context)",
+                                left_chunks * chunk_ms / 1000, "s",
+                                f"left chunks x chunk = {left_chunks} x {_num(chunk_ms)} ms"))
+    settings = {"chunk": chunk, "subsampling": subsampling, "left_chunks": left_chunks}
+    notes = (
+        _ZERO_COMPUTE_NOTE,
+        "The subsampling front end's own look-ahead is not counted here, as in U2.",
+    )
+    title = f"chunk of {chunk} encoder steps at {_num(step)} ms (WeNet U2 style)"
+    return LatencyBudget(title, "chunk", settings, tuple(lines), notes)
+
+
+# --- measuring a real sherpa-onnx engine ---------------------------------------------------
+
+
+class OnlineRecognizerLike(Protocol):
+    """The part of `sherpa_onnx.OnlineRecognizer` that measuring needs."""
+
+    def create_stream(self) -> Any: ...
+    def is_ready(self, stream: Any) -> bool: ...
+    def decode_stream(self, stream: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class EngineTiming:
+    """When each encoder step became possible (audio time) and what it cost (wall time)."""
+
+    step_audio_ms: tuple[float, ...]
+    decode_ms: tuple[float, ...]
+    feed_ms: float
+    audio_fed_ms: float
+
+    @property
+    def first_step_ms(self) -> float:
+        return self.step_audio_ms[0]
+
+    @property
+    def step_interval_ms(self) -> float:
+        """Median audio between consecutive steps."""
+        gaps = [b - a for a, b in zip(self.step_audio_ms[:-1], self.step_audio_ms[1:], strict=True)]
+        return statistics.median(gaps) if gaps else math.nan
+
+    @property
+    def median_decode_ms(self) -> float:
+        return statistics.median(self.decode_ms)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_audio_ms": list(self.step_audio_ms),
+            "decode_ms": list(self.decode_ms),
+            "feed_ms": self.feed_ms,
+            "audio_fed_ms": self.audio_fed_ms,
+        }
+
+
+def measure_engine(
+    recognizer: OnlineRecognizerLike,
+    *,
+    steps: int = 12,
+    sample_rate: int = 16000,
+    feed_samples: int = 8,
+    max_audio_s: float = 60.0,
+    seed: int = 0,
+) -> EngineTiming:
+    """Feed low noise in `feed_samples` blocks; note the audio time whenever a step is ready.
+
+    Each time `is_ready` holds, one encoder step can run: the audio fed so far is when it
+    became possible, and the `decode_stream` call that runs it is timed for the compute figure.
+    """
+    if steps < 1:
+        raise UsageError(f"measure at least one encoder step, not {steps}")
+    rng = np.random.default_rng(seed)
+    stream = recognizer.create_stream()
+    fed = 0
+    limit = int(max_audio_s * sample_rate)
+    step_audio: list[float] = []
+    decode: list[float] = []
+    block_count = 4096  # draw noise in bulk, hand it over 8 samples at a time
+    noise = np.empty(0, dtype=np.float32)
+    while len(step_audio) < steps and fed < limit:
+        if noise.size < feed_samples:
+            noise = (rng.standard_normal(block_count * feed_samples) * 1e-3).astype(np.float32)
+        block, noise = noise[:feed_samples], noise[feed_samples:]
+        stream.accept_waveform(sample_rate, block)
+        fed += feed_samples
+        while recognizer.is_ready(stream) and len(step_audio) < steps:
+            step_audio.append(fed * 1000.0 / sample_rate)
+            start = time.perf_counter()
+            recognizer.decode_stream(stream)
+            decode.append((time.perf_counter() - start) * 1000.0)
+    if not step_audio:
+        raise ModelError(
+            f"the engine ran no encoder step in {max_audio_s:g} s of audio; "
+            "is this a streaming (online) model?"
+        )
+    log.debug("engine steps at %s ms of audio", step_audio)
+    return EngineTiming(
+        tuple(step_audio), tuple(decode), feed_samples * 1000.0 / sample_rate,
+        fed * 1000.0 / sample_rate,
+    )
+
+
+def with_measurement(budget: LatencyBudget, timing: EngineTiming, threads: int) -> LatencyBudget:
+    """Append the measured lines, flag disagreements, and end with the expected latency."""
+    if budget.family != "zipformer":
+        raise UsageError("--measure runs a sherpa-onnx Zipformer; pass --model DIR")
+    derived_first = budget.get("first_step_ms").value
+    derived_interval = budget.get("step_interval_ms").value
+    chunk_ms = budget.get("chunk_ms").value
+    average_ms = budget.get("average_ms").value
+    first = timing.first_step_ms
+    offset = first - derived_first
+    tol = timing.feed_ms / 2 + 1e-6
+    first_flag = abs(offset) > tol
+    if first_flag:
+        later = "later" if offset > 0 else "earlier"
+        first_note = (
+            f"derived {_num(derived_first)} ms: the engine runs {_num(abs(offset))} ms {later}"
+            + (" (it waits for one fbank frame more than T)"
+               if abs(offset - FBANK_SHIFT_MS) <= tol else "")
+        )
+    else:
+        first_note = "matches the derived figure"
+    interval = timing.step_interval_ms
+    interval_flag = not math.isnan(interval) and abs(interval - derived_interval) > tol
+    compute = timing.median_decode_ms
+    feed = _num(timing.feed_ms)
+    n = len(timing.decode_ms)
+    plural = "s" if threads != 1 else ""
+    lines = list(budget.lines) + [
+        BudgetLine(
+            "measured_first_step_ms", "first encoder step ran after (measured)", first, "ms",
+            f"audio fed when is_ready() first held, feeding {feed} ms at a time",
+            first_note, measured=True, flagged=first_flag,
+        ),
+        BudgetLine(
+            "measured_step_interval_ms", "encoder step interval (measured)", interval, "ms",
+            f"median gap between the {n} steps",
+            (f"derived {_num(derived_interval)} ms" if interval_flag
+             else "matches the derived figure"),
+            measured=True, flagged=interval_flag,
+        ),
+        BudgetLine(
+            "measured_first_tokens_ms", "tokens can first appear (measured)", first, "ms",
+            "audio fed at the first decode_stream() call",
+            "no output exists before the first encoder step", measured=True,
+        ),
+        BudgetLine(
+            "decode_ms", f"compute per encoder step ({threads} thread{plural})", compute, "ms",
+            f"median of {n} decode_stream() calls, time.perf_counter",
+            f"real-time factor {compute / chunk_ms:.3f} (compute / chunk)", measured=True,
+        ),
+        BudgetLine(
+            "expected_worst_ms", "expected first-token latency, worst case", first + compute,
+            "ms", f"measured first step + compute = {_num(first)} + {_num(compute)}",
+            "speech starting at a chunk's first frame", measured=True,
+        ),
+        BudgetLine(
+            "expected_ms", "expected first-token latency on this machine",
+            average_ms + offset + compute, "ms",
+            f"average + engine offset + compute = {_num(average_ms)} + {_num(offset)} "
+            f"+ {_num(compute)}",
+            "speech starting anywhere in a chunk; excludes the model's own token delay",
+            measured=True,
+        ),
+    ]
+    settings = dict(budget.settings, threads=threads, measure=timing.to_dict())
+    return replace(budget, lines=tuple(lines), settings=settings)
+
+
+__all__ = [
+    "BudgetLine",
+    "EngineTiming",
+    "LatencyBudget",
+    "PUBLISHED_ALIASES",
+    "PUBLISHED_EXPORTS",
+    "PublishedExport",
+    "budget_for_zipformer2_chunk",
+    "budget_from_metadata",
+    "budget_from_published",
+    "chunk_budget",
+    "is_published_name",
+    "measure_engine",
+    "nemo_budget",
+    "published_export",
+    "with_measurement",
+    "zipformer_budget",
+]
