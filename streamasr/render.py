@@ -35,7 +35,7 @@ def summary_line(summary: StreamSummary, realtime: bool) -> str:
         f"RTF {summary.rtf:.3f}",
     ]
     if summary.first_token_latency_s is None:
-        parts.append("no text recognised")
+        parts.append("no text recognised" if summary.audio_s else "empty audio")
     else:
         latency = f"first token {summary.first_token_latency_s * 1000:.0f} ms after onset (audio)"
         if realtime and summary.first_token_wall_latency_s is not None:

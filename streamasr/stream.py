@@ -98,6 +98,8 @@ class StreamSession:
         if self._finished:
             return []
         self._finished = True
+        if self._samples_fed == 0:
+            return []  # nothing was heard: padding alone must not produce text
         started = self.clock()
         pad = int(self.options.tail_padding_s * self.sample_rate)
         if pad > 0:
@@ -179,8 +181,8 @@ class StreamSession:
         final = self._event(
             Final,
             text=hyp.text,
-            start_s=round(start, 3),
-            end_s=round(max(end, start), 3),
+            start_s=min(round(start, 3), self.audio_s),
+            end_s=min(round(max(end, start), 3), self.audio_s),
             tokens=hyp.tokens,
             token_times_s=hyp.token_times_s,
         )

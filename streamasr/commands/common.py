@@ -22,7 +22,7 @@ from streamasr.render import (
     TextRenderer,
 )
 
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 EXIT_INTERRUPTED = 130
 

@@ -90,7 +90,8 @@ def register(app: typer.Typer) -> None:
         block_ms: BlockOpt = None,
         tail_padding: TailOpt = 0.66,
         realtime: Annotated[
-            bool, typer.Option(help="Feed at the audio's own speed, so wall-clock timings are real.")
+            bool,
+            typer.Option(help="Feed at the audio's own speed, so wall-clock timings are real."),
         ] = False,
         fmt: FormatOpt = None,
         verbose: VerboseOpt = False,

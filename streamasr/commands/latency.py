@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from streamasr.commands.common import cli_errors, setup_logging
-from streamasr.errors import UsageError
+from streamasr.errors import ModelError, UsageError
 from streamasr.latency import (
     PUBLISHED_ALIASES,
     LatencyBudget,
@@ -130,7 +130,7 @@ def _model_budget(
     model: str | None, chunk: int | None, measure: bool, threads: int, fp32: bool
 ) -> LatencyBudget:
     """A model's budget: published settings, an encoder file, or a model directory."""
-    from streamasr.modeldir import resolve_model
+    from streamasr.modeldir import list_bundled, resolve_model
     from streamasr.onnx_meta import read_encoder_metadata
 
     if model is not None and is_published_name(model) and not Path(model).exists():
@@ -150,6 +150,13 @@ def _model_budget(
                 f"{Path(model).name} was exported for chunk {meta.chunk}, not --chunk {chunk}"
             )
         return budget_from_metadata(meta)
+    if model is not None and not Path(model).exists() and model not in list_bundled():
+        released = ", ".join(f"{a} ({r})" for a, r in PUBLISHED_ALIASES.items())
+        bundled = ", ".join(list_bundled()) or "none"
+        raise ModelError(
+            f"unknown model {model!r}: not a directory, a released model or a bundled one. "
+            f"Released: {released}. Bundled: {bundled}. Or pass a model directory"
+        )
     files = resolve_model(model, chunk, prefer_int8=not fp32)
     budget = budget_from_metadata(files.metadata)
     if not measure:

@@ -1,0 +1,67 @@
+"""Shared fixtures: the bundled real-architecture models and speech made with espeak-ng."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = REPO / "models"
+SPEECH_TEXT = "hello world this is a test of streaming speech recognition"
+
+
+def require_tool(name: str) -> str:
+    """CI installs these; a missing one is a failure, not a skip."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed; run .ci/run or apt-get install it")
+    return path
+
+
+@pytest.fixture(scope="session")
+def random_transducer() -> Path:
+    return MODELS / "tiny-random-transducer"
+
+
+@pytest.fixture(scope="session")
+def random_ctc() -> Path:
+    return MODELS / "tiny-random-ctc"
+
+
+@pytest.fixture(scope="session")
+def speech_22k(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """espeak-ng speech at its native 22050 Hz, with 0.5 s of silence in front."""
+    espeak = require_tool("espeak-ng")
+    out = tmp_path_factory.mktemp("speech") / "raw.wav"
+    subprocess.run([espeak, "-v", "en-us", "-w", str(out), SPEECH_TEXT], check=True)
+    audio, rate = sf.read(out, dtype="float32")
+    padded = np.concatenate([np.zeros(rate // 2, np.float32), audio])
+    path = out.with_name("speech-22k.wav")
+    sf.write(path, padded, rate, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture(scope="session")
+def speech_16k(speech_22k: Path) -> Path:
+    """The same speech resampled to 16 kHz mono 16-bit with sox."""
+    sox = require_tool("sox")
+    path = speech_22k.with_name("speech-16k.wav")
+    subprocess.run([sox, str(speech_22k), "-r", "16000", "-b", "16", str(path)], check=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def speech_stereo_44k(speech_22k: Path) -> Path:
+    """The same speech as 44.1 kHz stereo float: a format a careless tool gets wrong."""
+    sox = require_tool("sox")
+    path = speech_22k.with_name("speech-44k-stereo.wav")
+    subprocess.run(
+        [sox, str(speech_22k), "-r", "44100", "-c", "2", "-e", "floating-point", str(path)],
+        check=True,
+    )
+    return path
