@@ -32,7 +32,7 @@ class EncoderMetadata:
     path: Path
     model_type: str
     decode_chunk_len: int
-    T: int  # noqa: N815 - the name the export writes, kept so the reader can grep for it
+    T: int  # named as the export writes it, so the reader can grep for it
     left_context_len: tuple[int, ...]
     raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 

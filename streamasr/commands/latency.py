@@ -220,8 +220,8 @@ def latency_command(
     left_chunks: LeftChunksOpt = None,
     measure: Annotated[
         bool,
-        typer.Option(help="Run the real sherpa-onnx engine and measure when steps run and "
-                     "what they cost."),
+        typer.Option("--measure", help="Run the real sherpa-onnx engine and measure when "
+                     "steps run and what they cost."),
     ] = False,
     threads: Annotated[int, typer.Option(help="CPU threads for --measure.")] = 1,
     fp32: Annotated[bool, typer.Option("--fp32", help="Measure fp32 files even if int8 exist.")]
