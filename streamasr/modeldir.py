@@ -82,20 +82,20 @@ def resolve_model(
         raise ModelError(f"model directory {directory} has no .onnx files")
     encoders = [p for p in onnx_files if "encoder" in p.name]
     if encoders:
-        candidates = _prefer_precision(encoders, prefer_int8)
-        kind = "transducer"
+        candidates, kind = encoders, "transducer"
     else:
-        candidates = _prefer_precision(
-            [p for p in onnx_files if "decoder" not in p.name and "joiner" not in p.name],
-            prefer_int8,
-        )
+        candidates = [p for p in onnx_files if "decoder" not in p.name and "joiner" not in p.name]
         kind = "ctc"
-    by_chunk: dict[int, tuple[Path, EncoderMetadata]] = {}
+    exports: dict[int, list[tuple[Path, EncoderMetadata]]] = {}
     for path in candidates:
         meta = read_encoder_metadata(path)
         if meta.model_type != "zipformer2":
             log.debug("%s: model_type %r, not a zipformer2 export", path.name, meta.model_type)
-        by_chunk.setdefault(meta.chunk, (path, meta))
+        exports.setdefault(meta.chunk, []).append((path, meta))
+    by_chunk = {
+        chunk_len: _prefer_precision_pairs(pairs, prefer_int8)
+        for chunk_len, pairs in exports.items()
+    }
     available = sorted(by_chunk)
     if chunk is None:
         chosen = 16 if 16 in by_chunk else available[0]
@@ -146,6 +146,14 @@ def _prefer_precision(paths: list[Path], prefer_int8: bool) -> list[Path]:
     if prefer_int8 and int8:
         return int8
     return fp32 or int8
+
+
+def _prefer_precision_pairs(
+    pairs: list[tuple[Path, EncoderMetadata]], prefer_int8: bool
+) -> tuple[Path, EncoderMetadata]:
+    """Of the files of one export, the int8 one when preferred and present, else fp32."""
+    chosen = _prefer_precision([path for path, _ in pairs], prefer_int8)[0]
+    return next(pair for pair in pairs if pair[0] == chosen)
 
 
 def _partner(onnx_files: list[Path], role: str, encoder: Path, prefer_int8: bool) -> Path:

@@ -1,0 +1,82 @@
+"""Choosing the export for a chunk, and refusing what a model directory cannot do."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from streamasr.errors import ModelError
+from streamasr.modeldir import resolve_model
+from streamasr.onnx_meta import read_encoder_metadata
+
+
+def test_default_chunk_is_16_and_metadata_is_read(random_transducer: Path) -> None:
+    files = resolve_model(str(random_transducer))
+    assert files.kind == "transducer"
+    assert files.chunk == 16 and files.chunk_s == pytest.approx(0.32)
+    assert "chunk-16-left-64" in files.encoder.name
+    assert "chunk-16-left-64" in files.decoder.name and "chunk-16-left-64" in files.joiner.name
+    meta = files.metadata
+    assert (meta.model_type, meta.decode_chunk_len, meta.T) == ("zipformer2", 32, 45)
+    assert meta.lookahead_frames == 13  # 7 for the subsampling convs + 2*3 for ConvNeXt
+    assert meta.left_context_len == (64, 32, 16, 8, 16, 32)
+
+
+def test_chunk_32_selects_the_other_export(random_transducer: Path) -> None:
+    files = resolve_model(str(random_transducer), chunk=32)
+    assert "chunk-32-left-64" in files.encoder.name and "chunk-32" in files.joiner.name
+    assert (files.metadata.decode_chunk_len, files.metadata.T) == (64, 77)
+    assert files.metadata.lookahead_frames == 13
+
+
+def test_unsupported_chunk_is_refused_with_the_available_ones(random_transducer: Path) -> None:
+    with pytest.raises(ModelError, match=r"no export for --chunk 64; it has chunk 16, 32"):
+        resolve_model(str(random_transducer), chunk=64)
+
+
+def test_ctc_model_is_recognised(random_ctc: Path) -> None:
+    files = resolve_model(str(random_ctc))
+    assert files.kind == "ctc" and files.decoder is None and files.chunk == 16
+    with pytest.raises(ModelError, match="it has chunk 16"):
+        resolve_model(str(random_ctc), chunk=32)
+
+
+def test_bundled_name_resolves(random_transducer: Path) -> None:
+    assert resolve_model("tiny-random-transducer").directory == random_transducer
+
+
+def test_unknown_name_lists_bundled_models() -> None:
+    with pytest.raises(ModelError, match=r"unknown model 'nope'.*tiny-random-transducer"):
+        resolve_model("nope")
+
+
+def test_missing_tokens_and_missing_joiner(random_transducer: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(random_transducer, broken)
+    for joiner in broken.glob("joiner*"):
+        joiner.unlink()
+    with pytest.raises(ModelError, match="no joiner ONNX file"):
+        resolve_model(str(broken))
+    (broken / "tokens.txt").unlink()
+    with pytest.raises(ModelError, match="has no tokens.txt"):
+        resolve_model(str(broken))
+
+
+def test_int8_files_are_preferred_unless_fp32(random_transducer: Path, tmp_path: Path) -> None:
+    model = tmp_path / "m"
+    shutil.copytree(random_transducer, model)
+    for path in list(model.glob("*chunk-16*.onnx")):
+        shutil.copy(path, path.with_name(path.name.replace(".onnx", ".int8.onnx")))
+    assert ".int8." in resolve_model(str(model)).encoder.name
+    assert ".int8." not in resolve_model(str(model), prefer_int8=False).encoder.name
+    # precision is chosen per export: chunk 32 has only fp32 files here, and still works
+    assert ".int8." not in resolve_model(str(model), chunk=32).encoder.name
+
+
+def test_not_an_encoder_is_a_model_error(tmp_path: Path) -> None:
+    bad = tmp_path / "encoder.onnx"
+    bad.write_bytes(b"not onnx at all")
+    with pytest.raises(ModelError, match="not a readable ONNX file"):
+        read_encoder_metadata(bad)
