@@ -253,8 +253,8 @@ VISIBLE, DEEP, MASKED = "■", "▒", "·"
 def _mask_title(report: MaskReport) -> str:
     if report.source == "chunks":
         left = "all" if report.left_chunks == UNLIMITED else str(report.left_chunks)
-        return (f"chunk mask: chunk {report.chunk_size} steps, {left} left chunks "
-                "(WeNet/icefall)")
+        noun = "left chunk" if report.left_chunks == 1 else "left chunks"
+        return f"chunk mask: chunk {report.chunk_size} steps, {left} {noun} (WeNet/icefall)"
     head = f"{report.style} att_context_size=[{report.left},{report.right}]"
     if report.chunk_size:
         left = "all" if report.left_chunks == UNLIMITED else str(report.left_chunks)
@@ -287,7 +287,7 @@ def render_mask(report: MaskReport, console: Console) -> None:
         label = f"  look-ahead (1 → {report.layers} layers)"
     header.append(label, style="dim")
     console.print(header)
-    rule = "─" * (width + 1) + "".join("┼──" if j in starts else "──" for j in range(n))
+    rule = "─" * (width + 1) + "".join("┼───" if j in starts else "──" for j in range(n))
     for i in range(n):
         if i in starts:
             console.print(Text(rule, style="dim"))
