@@ -6,6 +6,7 @@ import typer
 
 from streamasr import __version__
 from streamasr.commands import file as file_commands
+from streamasr.commands import latency as latency_commands
 
 app = typer.Typer(
     name="streamasr",
@@ -32,13 +33,7 @@ def _root(
 
 
 file_commands.register(app)
-
-try:  # commands added by later modules register themselves the same way
-    from streamasr.commands import latency as latency_commands
-
-    latency_commands.register(app)
-except ImportError:  # pragma: no cover - only while the module does not exist yet
-    pass
+latency_commands.register(app)
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ from streamasr.events import Endpoint, Event, Final, FirstToken, Partial, Stream
 from streamasr.onset import OnsetDetector, OnsetOptions
 
 DEFAULT_TAIL_PADDING_S = 0.66
+OUTPUT_FRAME_S = 0.04  # streaming Zipformer output rate: 25 Hz
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,9 @@ class StreamSession:
         start = hyp.token_times_s[0] if hyp.token_times_s else hyp.segment_start_s
         end = self.audio_s
         if hyp.token_times_s:
-            end = min(end, hyp.token_times_s[-1] + self.recognizer.chunk_s)
+            # a token is stamped with its encoder output frame; the segment ends with that
+            # frame, so consecutive segments never overlap
+            end = min(end, hyp.token_times_s[-1] + OUTPUT_FRAME_S)
         final = self._event(
             Final,
             text=hyp.text,
