@@ -1,0 +1,392 @@
+"""`streamasr devices` and `streamasr mic`: live captions from a microphone."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+import time
+from typing import IO, Annotated
+
+import typer
+
+from streamasr.backends.base import Recognizer
+from streamasr.commands.common import (
+    EXIT_INTERRUPTED,
+    BlockOpt,
+    ChunkOpt,
+    DecodingOpt,
+    EndpointOpt,
+    FormatOpt,
+    Fp32Opt,
+    HotwordsOpt,
+    HotwordsScoreOpt,
+    ModelOpt,
+    Rule1Opt,
+    Rule2Opt,
+    Rule3Opt,
+    TailOpt,
+    ThreadsOpt,
+    VerboseOpt,
+    cli_errors,
+    err_console,
+    report_error,
+    setup_logging,
+)
+from streamasr.commands.file import _prepare
+from streamasr.errors import DeviceError, StreamAsrError, UsageError
+from streamasr.events import Event, FirstToken, StreamSummary
+from streamasr.mic import (
+    DEFAULT_MAX_BACKLOG_S,
+    AudioWriter,
+    DeviceInfo,
+    MicSource,
+    list_input_devices,
+    select_device,
+)
+from streamasr.onset import OnsetOptions
+from streamasr.render import JsonlRenderer, Renderer
+from streamasr.stream import StreamOptions, StreamSession
+
+log = logging.getLogger("streamasr")
+
+BACKLOG_WARN_S = 1.0  # warn once this much captured audio waits for the decoder
+WARN_EVERY_S = 5.0
+DEFAULT_ONSET_DBFS = OnsetOptions().threshold_dbfs
+
+DeviceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--device",
+        "-d",
+        help="Input device: index or case-insensitive part of its name (see `streamasr "
+        "devices`). Default: the system's default input.",
+    ),
+]
+ChannelOpt = Annotated[
+    int | None,
+    typer.Option(help="Use only this input channel (1-based); default: average the channels."),
+]
+DurationOpt = Annotated[
+    float | None,
+    typer.Option(help="Stop after this many seconds of captured audio (unattended runs)."),
+]
+SaveOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Write the captured audio here as it arrives (.wav: 32-bit float, replays "
+        "exactly with `streamasr file --realtime`)."
+    ),
+]
+LogOpt = Annotated[
+    str | None,
+    typer.Option("--log", help="Also write every event as JSONL to this file."),
+]
+OnsetOpt = Annotated[
+    float,
+    typer.Option(
+        "--onset-dbfs",
+        help="Speech onset for first-token timing: first 10 ms frame at or above this level "
+        "(dBFS RMS), confirmed by 30 ms of loud frames within 50 ms.",
+    ),
+]
+BacklogOpt = Annotated[
+    float,
+    typer.Option(
+        "--max-backlog",
+        help="Seconds of captured audio the queue may hold when decoding falls behind; "
+        "beyond it blocks are dropped and counted.",
+    ),
+]
+
+
+class SessionOutput:
+    """Fans events out to the chosen renderer and the --log file; collects first tokens."""
+
+    def __init__(self, renderer: Renderer, log_file: IO[str] | None) -> None:
+        self.renderer = renderer
+        self.log_file = log_file
+        self.jsonl = JsonlRenderer(log_file) if log_file is not None else None
+        self.first_tokens: list[FirstToken] = []
+
+    def begin(self, source: str) -> None:
+        self.renderer.begin(source)
+        if self.jsonl is not None:
+            self.jsonl.begin(source)
+
+    def event(self, event: Event) -> None:
+        self.renderer.event(event)
+        if self.jsonl is not None:
+            self.jsonl.event(event)
+        if isinstance(event, FirstToken):
+            self.first_tokens.append(event)
+            err_console.print(
+                f"[dim]utterance {event.segment + 1}: first token "
+                f"{event.wall_latency_s * 1000:.0f} ms after speech onset at {event.onset_s:.2f} s "
+                f"(wall clock; {event.latency_s * 1000:.0f} ms of audio)[/dim]",
+                highlight=False,
+            )
+
+    def end(self, summary: StreamSummary) -> None:
+        self.renderer.end(summary)
+        if self.jsonl is not None:
+            self.jsonl.end(summary)
+
+    def close(self) -> None:
+        if self.log_file is not None and not self.log_file.closed:
+            self.log_file.close()
+
+
+def first_token_p50_ms(first_tokens: list[FirstToken]) -> float | None:
+    """Median wall-clock first-token latency over utterances (None: no utterance had text)."""
+    if not first_tokens:
+        return None
+    return statistics.median(ev.wall_latency_s for ev in first_tokens) * 1000
+
+
+class _CaptureClock:
+    """perf_counter, except that its first reading is a given instant.
+
+    StreamSession takes its first clock reading as wall time zero; handing it the moment the
+    first captured sample entered the device makes wall_s and audio_s share an origin, so
+    wall-clock first-token latency (wall_s - onset_s) is what the speaker waited.
+    """
+
+    def __init__(self, first_reading: float) -> None:
+        self._first: float | None = first_reading
+
+    def __call__(self) -> float:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        return time.perf_counter()
+
+
+def run_capture(
+    source: MicSource,
+    recognizer: Recognizer,
+    options: StreamOptions,
+    output: SessionOutput,
+    writer: AudioWriter | None,
+    duration_s: float | None,
+) -> StreamSummary | None:
+    """The live loop: capture -> save -> decode -> render, until duration, Ctrl-C or error.
+
+    Whatever stops it, the last final is flushed, the summary rendered and the files closed
+    before the exception (KeyboardInterrupt, DeviceError) propagates.
+    """
+    session: StreamSession | None = None
+    limit = round(duration_s * source.sample_rate) if duration_s is not None else None
+    fed = 0
+    last_warn = {"backlog": 0.0, "overflow": 0.0}
+    seen_overflows = 0
+    seen_dropped = 0
+    name = source.device.describe()
+    source.start()
+    try:
+        for block in source.blocks():
+            samples = block.samples
+            if limit is not None:
+                samples = samples[: limit - fed]
+            if session is None:
+                first_sample_s = block.arrived_s - len(block.samples) / source.sample_rate
+                session = StreamSession(
+                    recognizer, source.sample_rate, name, options, _CaptureClock(first_sample_s)
+                )
+                output.begin(name)
+                mix = (
+                    f"channel {source.channel}"
+                    if source.channel
+                    else f"{source.channels} channel(s) averaged"
+                )
+                err_console.print(
+                    f"listening: {name}, {source.sample_rate} Hz, {mix}; Ctrl-C to stop",
+                    highlight=False,
+                )
+            if writer is not None:
+                writer.write(samples)
+            fed += len(samples)
+            for event in session.feed(samples):
+                output.event(event)
+            stats = source.stats()
+            now = time.monotonic()
+            backlog = source.backlog_s
+            if backlog >= BACKLOG_WARN_S and now - last_warn["backlog"] >= WARN_EVERY_S:
+                last_warn["backlog"] = now
+                err_console.print(
+                    f"[yellow]decoding is behind real time: {backlog:.1f} s of captured audio "
+                    "waiting[/yellow]",
+                    highlight=False,
+                )
+            if stats.dropped_blocks > seen_dropped:
+                seen_dropped = stats.dropped_blocks
+                err_console.print(
+                    f"[red]dropped {stats.dropped_s:.1f} s of audio in total: the backlog "
+                    "reached --max-backlog[/red]",
+                    highlight=False,
+                )
+            if (
+                stats.input_overflows > seen_overflows
+                and now - last_warn["overflow"] >= WARN_EVERY_S
+            ):
+                seen_overflows = stats.input_overflows
+                last_warn["overflow"] = now
+                err_console.print(
+                    f"[yellow]PortAudio reported {seen_overflows} input overflow(s): audio was "
+                    "lost before it reached streamasr[/yellow]",
+                    highlight=False,
+                )
+            if limit is not None and fed >= limit:
+                break
+    finally:
+        source.close()
+        summary = None
+        if session is not None:
+            for event in session.finish():
+                output.event(event)
+            summary = session.summary()
+            output.end(summary)
+        if writer is not None:
+            writer.close()
+        output.close()
+        _report_end(source, output, summary, writer)
+    return summary
+
+
+def _report_end(
+    source: MicSource,
+    output: SessionOutput,
+    summary: StreamSummary | None,
+    writer: AudioWriter | None,
+) -> None:
+    stats = source.stats()
+    if summary is None:
+        err_console.print("no audio was captured", highlight=False)
+        return
+    p50 = first_token_p50_ms(output.first_tokens)
+    if p50 is None:
+        err_console.print("first token: no utterance produced text", highlight=False)
+    else:
+        err_console.print(
+            f"first token p50 {p50:.0f} ms after speech onset (wall clock) over "
+            f"{len(output.first_tokens)} utterance(s)",
+            highlight=False,
+        )
+    err_console.print(
+        f"capture: {stats.captured_s:.2f} s in {stats.blocks} blocks, "
+        f"{stats.input_overflows} input overflows, {stats.input_underflows} underflows, "
+        f"{stats.dropped_s:.2f} s dropped, max backlog {stats.max_backlog_s:.2f} s",
+        highlight=False,
+    )
+    if writer is not None:
+        err_console.print(
+            f"saved {writer.frames / source.sample_rate:.2f} s to {writer.path}", highlight=False
+        )
+
+
+def format_devices(devices: list[DeviceInfo]) -> str:
+    """The `devices` table: default marked with '*'."""
+    header = f"  {'index':>5}  {'name':<40}  {'host API':<12}  {'channels':>8}  {'rate':>6}"
+    lines = [header]
+    for d in devices:
+        mark = "*" if d.is_default else " "
+        lines.append(
+            f"{mark} {d.index:>5}  {d.name[:40]:<40}  {d.hostapi[:12]:<12}  "
+            f"{d.input_channels:>8}  {d.sample_rate:>6}"
+        )
+    return "\n".join(lines)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `devices` and `mic` commands."""
+
+    @app.command("devices")
+    def devices_command(verbose: VerboseOpt = False) -> None:
+        """List audio input devices: index, name, host API, channels, native rate (* default)."""
+        setup_logging(verbose)
+        with cli_errors():
+            devices = list_input_devices()
+            if not devices:
+                select_device(devices, None)  # raises the no-device advice
+        typer.echo(format_devices(devices))
+
+    @app.command("mic")
+    def mic_command(
+        device: DeviceOpt = None,
+        channel: ChannelOpt = None,
+        duration: DurationOpt = None,
+        save: SaveOpt = None,
+        log_path: LogOpt = None,
+        model: ModelOpt = None,
+        chunk: ChunkOpt = None,
+        fp32: Fp32Opt = False,
+        threads: ThreadsOpt = 2,
+        decoding_method: DecodingOpt = "greedy_search",
+        hotwords: HotwordsOpt = None,
+        hotwords_score: HotwordsScoreOpt = 1.5,
+        endpoint: EndpointOpt = True,
+        rule1: Rule1Opt = 2.4,
+        rule2: Rule2Opt = 1.2,
+        rule3: Rule3Opt = 20.0,
+        block_ms: BlockOpt = None,
+        tail_padding: TailOpt = 0.66,
+        onset_dbfs: OnsetOpt = DEFAULT_ONSET_DBFS,
+        max_backlog: BacklogOpt = DEFAULT_MAX_BACKLOG_S,
+        fmt: FormatOpt = None,
+        verbose: VerboseOpt = False,
+    ) -> None:
+        """Live captions from a microphone: partials as you speak, a final per utterance.
+
+        Endpointing is on: an utterance ends after --rule2 s of silence following text.
+
+        Each utterance becomes a final line with its start and end time; no audio is lost.
+
+        Ctrl-C stops capture, flushes the last final and prints the summary (exit 130).
+        """
+        setup_logging(verbose)
+        writer: AudioWriter | None = None
+        log_file: IO[str] | None = None
+        try:
+            with cli_errors():
+                if duration is not None and duration <= 0:
+                    raise UsageError(f"--duration must be positive seconds, got {duration}")
+                if max_backlog <= 0:
+                    raise UsageError(f"--max-backlog must be positive seconds, got {max_backlog}")
+                recognizer, options, renderer = _prepare(
+                    model, chunk, fp32, threads, decoding_method, hotwords, hotwords_score,
+                    endpoint, rule1, rule2, rule3, block_ms, tail_padding, True, fmt,
+                )
+                options = dataclasses.replace(
+                    options, onset=dataclasses.replace(options.onset, threshold_dbfs=onset_dbfs)
+                )
+                chosen = select_device(list_input_devices(), device)
+                block_s = options.block_s or recognizer.chunk_s
+                source = MicSource(chosen, block_s, channel, max_backlog)
+                if save is not None:
+                    writer = AudioWriter(save, source.sample_rate)
+                if log_path is not None:
+                    log_file = _open_log(log_path)
+            output = SessionOutput(renderer, log_file)
+            try:
+                run_capture(source, recognizer, options, output, writer, duration)
+            except DeviceError as exc:
+                report_error(exc)
+                raise typer.Exit(1) from None
+            except StreamAsrError as exc:
+                report_error(exc)
+                raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted; flushed what was recognised[/yellow]")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        finally:
+            if writer is not None:
+                writer.close()
+            if log_file is not None and not log_file.closed:
+                log_file.close()
+
+
+def _open_log(path: str) -> IO[str]:
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--log {path}: cannot write there ({exc.strerror})") from exc

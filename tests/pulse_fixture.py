@@ -1,0 +1,132 @@
+"""A private PulseAudio server for tests: a null sink whose monitor is a real capture device.
+
+Audio played into the sink with `paplay` comes back through PortAudio's ALSA device
+("pulse"/"default", via the ALSA PulseAudio plugin) exactly as a microphone would. The
+server lives in a temporary directory, listens on its own socket, and is killed at teardown,
+so nothing outlives the tests and a desktop's own sound server is never touched.
+
+Needs (Debian): pulseaudio, pulseaudio-utils, libportaudio2, libasound2-plugins.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SINK = "streamasr_test"
+
+
+@dataclass
+class PulseServer:
+    """A running private server and the environment its clients need."""
+
+    directory: Path
+    process: subprocess.Popen[bytes]
+    env: dict[str, str]
+    sink: str = SINK
+
+    def play(self, wav: Path) -> subprocess.Popen[bytes]:
+        """Start playing a file into the null sink (what the 'microphone' will hear)."""
+        return subprocess.Popen(
+            ["paplay", f"--device={self.sink}", str(wav)],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    def log(self) -> str:
+        """The server's own log, for failure messages."""
+        path = self.directory / "server.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def client_env(directory: Path) -> dict[str, str]:
+    """Environment that points libpulse (and so ALSA's pulse plugin) at the private server."""
+    env = dict(os.environ)
+    env.update(
+        PULSE_SERVER=f"unix:{directory / 'native'}",
+        PULSE_COOKIE=str(directory / "cookie"),
+        PULSE_RUNTIME_PATH=str(directory / "runtime"),
+        XDG_RUNTIME_DIR=str(directory),
+    )
+    env.pop("PULSE_SINK", None)
+    env.pop("PULSE_SOURCE", None)
+    return env
+
+
+def start_pulse(directory: Path, timeout_s: float = 15.0) -> PulseServer:
+    """Start the server and wait until it answers; skip the test if PulseAudio is absent."""
+    for tool in ("pulseaudio", "paplay", "pactl"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (Debian: pulseaudio pulseaudio-utils)")
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    env = client_env(directory)
+    server_env = dict(env, HOME=str(directory))
+    log = open(directory / "server.log", "wb")  # noqa: SIM115 - handed to the child
+    process = subprocess.Popen(
+        [
+            "pulseaudio",
+            "--daemonize=no",
+            "--system=false",
+            "--exit-idle-time=-1",
+            "--use-pid-file=false",
+            "--disallow-module-loading=false",
+            "-n",
+            "--log-target=stderr",
+            f"--load=module-native-protocol-unix auth-anonymous=1 socket={directory / 'native'}",
+            f"--load=module-null-sink sink_name={SINK} rate=48000 channels=2",
+        ],
+        env=server_env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    log.close()
+    server = PulseServer(directory, process, env)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"pulseaudio exited with {process.returncode}:\n{server.log()}")
+        probe = subprocess.run(["pactl", "info"], env=env, capture_output=True, timeout=10)
+        if probe.returncode == 0:
+            subprocess.run(
+                ["pactl", "set-default-source", f"{SINK}.monitor"],
+                env=env,
+                check=True,
+                capture_output=True,
+                timeout=10,
+            )
+            return server
+        time.sleep(0.2)
+    stop_pulse(server)
+    pytest.fail(f"pulseaudio did not answer within {timeout_s} s:\n{server.log()}")
+
+
+def stop_pulse(server: PulseServer) -> None:
+    """Kill the server and everything in its process group."""
+    if server.process.poll() is None:
+        os.killpg(server.process.pid, signal.SIGTERM)
+        try:
+            server.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.process.pid, signal.SIGKILL)
+            server.process.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def pulse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulseServer]:
+    """One private server per test module."""
+    server = start_pulse(tmp_path_factory.mktemp("pulse"))
+    try:
+        yield server
+    finally:
+        stop_pulse(server)
