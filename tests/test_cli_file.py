@@ -107,7 +107,8 @@ def test_nan_samples_are_reported_after_flushing_what_was_heard(
 
 
 def test_one_bad_file_does_not_stop_the_others(speech_16k: Path, tmp_path: Path) -> None:
-    result = invoke(str(speech_16k), str(tmp_path / "gone.wav"), str(speech_16k), *MODEL, "-f", "text")
+    paths = [str(speech_16k), str(tmp_path / "gone.wav"), str(speech_16k)]
+    result = invoke(*paths, *MODEL, "-f", "text")
     assert result.exit_code == 1
     assert "1 of 3 inputs failed" in result.stderr
     assert result.stderr.count("RTF") == 2
@@ -125,7 +126,7 @@ def test_usage_errors_exit_2(speech_16k: Path, tmp_path: Path) -> None:
     hotwords = _write(tmp_path / "hot.txt", b"HELLO\n")
     cases = [
         (["--format", "xml"], "--format 'xml' is not known"),
-        (["--hotwords", str(hotwords)], "needs --decoding-method modified_beam_search"),
+        (["--hotwords", str(hotwords)], "only works with --decoding-method modified_beam_search"),
         (["--decoding-method", "viterbi"], "use one of: greedy_search, modified_beam_search"),
         (["--block-ms", "0"], "--block-ms must be positive"),
         (["--rule2", "-1"], "--rule2 must be a positive number"),
@@ -133,7 +134,7 @@ def test_usage_errors_exit_2(speech_16k: Path, tmp_path: Path) -> None:
     for extra, message in cases:
         result = invoke(str(speech_16k), *MODEL, *extra)
         assert result.exit_code == 2, (extra, result.output)
-        assert message.replace("needs", "only works with") in result.stderr or message in result.stderr
+        assert message in result.stderr
 
 
 def test_model_errors_exit_1(speech_16k: Path, tmp_path: Path) -> None:
@@ -212,7 +213,8 @@ def test_long_file_streams_in_constant_memory(tmp_path: Path) -> None:
             "'-f','text','--block-ms','1000'];"
             "rc=0\ntry: runpy.run_module('streamasr.cli', run_name='__main__')\n"
             "except SystemExit as e: rc=e.code or 0\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(rc)"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr);"
+            "sys.exit(rc)"
         )
         proc = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=300

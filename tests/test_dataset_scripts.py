@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,10 +21,14 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 import tts  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("espeak-ng") is None or shutil.which("sox") is None,
-    reason="needs espeak-ng and sox (apt-get install espeak-ng sox)",
-)
+
+@pytest.fixture(autouse=True)
+def _tools() -> None:
+    """CI installs espeak-ng and sox: their absence fails the tests instead of skipping them."""
+    from conftest import require_tool
+
+    require_tool("espeak-ng")
+    require_tool("sox")
 
 TRANSCRIPT = re.compile(r"^[A-Z']+( [A-Z']+)*$")
 
