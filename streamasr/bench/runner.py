@@ -1,0 +1,389 @@
+"""Run dataset utterances through the streaming loop, one at a time or N in batches.
+
+Sequential runs use `StreamSession` exactly as `streamasr file` does. Batched runs (`--streams
+N`) keep N sessions open and let sherpa-onnx run one encoder step over every stream that has
+a chunk ready (`decode_streams`). Each session still sees, per stream, the very same sequence
+of accept / step / endpoint check / reset as in a sequential run, which is why the two give
+identical results (checked by the tests and reported by every `--streams` run).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from streamasr.audio import FileSource, paced
+from streamasr.backends.base import Hypothesis, Recognizer
+from streamasr.bench.datasets import Utterance
+from streamasr.bench.metrics import ErrorCounts, Stability, Timing, score, stability, timing
+from streamasr.bench.span import SpanDetector
+from streamasr.errors import InputError, UsageError
+from streamasr.events import Event, Final
+from streamasr.stream import StreamOptions, StreamSession
+
+log = logging.getLogger("streamasr")
+
+WARMUP_S = 1.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How utterances are fed and scored."""
+
+    stream: StreamOptions = StreamOptions()
+    metric: str = "wer"
+    realtime: bool = False
+
+
+@dataclass(frozen=True)
+class UtteranceRecord:
+    """Everything measured for one utterance; one entry of results.json."""
+
+    id: str
+    audio: str
+    reference: str
+    hypothesis: str
+    audio_s: float
+    compute_s: float
+    rtf: float
+    counts: ErrorCounts
+    timing: Timing
+    stability: Stability
+    speech_onset_s: float | None
+    speech_end_s: float | None
+    span_source: str  # "dataset" or "detected"
+    finals: tuple[dict[str, Any], ...] = ()
+    error: str = ""  # why the utterance could not be run (then nothing else is meaningful)
+
+    @property
+    def failed(self) -> bool:
+        """True when the audio could not be read."""
+        return bool(self.error)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        data = asdict(self)
+        data["counts"]["errors"] = self.counts.errors
+        data["counts"]["rate_pct"] = self.counts.rate_pct
+        data["stability"]["revised_words"] = list(self.stability.revised_words)
+        data["finals"] = list(self.finals)
+        return data
+
+    def algorithmic(self) -> dict[str, Any]:
+        """The fields that do not depend on compute speed: equal across batched/sequential."""
+        return {
+            "hypothesis": self.hypothesis,
+            "finals": self.finals,
+            "counts": self.counts,
+            "first_token_ms": self.timing.first_token_ms,
+            "final_ms": self.timing.final_ms,
+            "final_cause": self.timing.final_cause,
+            "stability": self.stability,
+            "error": self.error,
+        }
+
+
+def failed_record(utt: Utterance, error: str, metric: str) -> UtteranceRecord:
+    """A record for audio that could not be read: the reference counts as all deleted."""
+    ref = score(utt.text, "", metric)
+    return UtteranceRecord(
+        utt.id, str(utt.audio), utt.text, "", 0.0, 0.0, 0.0, ref, Timing(), Stability(),
+        utt.speech_onset_s, utt.speech_end_s, "dataset", (), error,
+    )
+
+
+def build_record(
+    utt: Utterance,
+    events: Sequence[Event],
+    audio_s: float,
+    compute_s: float,
+    span: SpanDetector,
+    metric: str,
+    realtime: bool = False,
+) -> UtteranceRecord:
+    """Score one finished stream against its reference.
+
+    Wall-clock latencies are kept only under real-time pacing: without it the audio arrives
+    faster than live and a wall-clock "latency" would mean nothing (it is often negative).
+    """
+    finals = [e for e in events if isinstance(e, Final)]
+    hypothesis = " ".join(f.text for f in finals)
+    from_dataset = utt.speech_onset_s is not None and utt.speech_end_s is not None
+    onset = utt.speech_onset_s if utt.speech_onset_s is not None else span.onset_s
+    end = utt.speech_end_s if utt.speech_end_s is not None else span.end_s
+    return UtteranceRecord(
+        id=utt.id,
+        audio=str(utt.audio),
+        reference=utt.text,
+        hypothesis=hypothesis,
+        audio_s=round(audio_s, 6),
+        compute_s=round(compute_s, 6),
+        rtf=round(compute_s / audio_s, 6) if audio_s > 0 else 0.0,
+        counts=score(utt.text, hypothesis, metric),
+        timing=_timing(events, onset, end, realtime),
+        stability=stability(events),
+        speech_onset_s=onset,
+        speech_end_s=end,
+        span_source="dataset" if from_dataset else "detected",
+        finals=tuple(
+            {"text": f.text, "start_s": f.start_s, "end_s": f.end_s, "audio_s": f.audio_s}
+            for f in finals
+        ),
+    )
+
+
+def _timing(
+    events: Sequence[Event], onset: float | None, end: float | None, realtime: bool
+) -> Timing:
+    found = timing(events, onset, end)
+    if realtime:
+        return found
+    return replace(found, first_token_wall_ms=None, final_wall_ms=None)
+
+
+def warm_up(recognizer: Recognizer, sample_rate: int = 16000) -> None:
+    """Decode a second of quiet noise once, so first-use costs do not land in the timings."""
+    noise = np.random.default_rng(0).normal(0, 0.01, int(WARMUP_S * sample_rate))
+    session = StreamSession(recognizer, sample_rate, "warm-up")
+    session.feed(noise.astype(np.float32))
+    session.finish()
+
+
+def run_utterance(
+    recognizer: Recognizer,
+    utt: Utterance,
+    options: RunOptions,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> UtteranceRecord:
+    """Stream one utterance as `streamasr file` would; unreadable audio gives a failed record."""
+    try:
+        source = FileSource(str(utt.audio))
+    except InputError as exc:
+        return failed_record(utt, str(exc), options.metric)
+    try:
+        session = StreamSession(recognizer, source.sample_rate, utt.id, options.stream, clock)
+        span = SpanDetector(source.sample_rate)
+        blocks = source.blocks(session.block_s)
+        if options.realtime:
+            blocks = paced(blocks, source.sample_rate, clock, sleep)
+        events: list[Event] = []
+        try:
+            for block in blocks:
+                span.feed(block)
+                events.extend(session.feed(block))
+        except InputError as exc:
+            return failed_record(utt, str(exc), options.metric)
+        events.extend(session.finish())
+        summary = session.summary()
+    finally:
+        source.close()
+    return build_record(
+        utt, events, summary.audio_s, summary.compute_s, span, options.metric, options.realtime
+    )
+
+
+def run_sequential(
+    recognizer: Recognizer,
+    utterances: Sequence[Utterance],
+    options: RunOptions,
+    on_done: Callable[[UtteranceRecord], None] = lambda record: None,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[UtteranceRecord]:
+    """One stream at a time, in dataset order."""
+    records = []
+    for utt in utterances:
+        record = run_utterance(recognizer, utt, options, clock, sleep)
+        records.append(record)
+        on_done(record)
+    return records
+
+
+class ExternallyDecodedStream:
+    """A sherpa stream whose encoder steps are run by a batch driver, not by the session.
+
+    `decode_step()` reports a step the driver already ran (one per call), so the session's
+    own loop (hypothesis, partial, endpoint check, reset after every step) is unchanged. In
+    `direct` mode it decodes itself, as an ordinary stream does.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.steps_done = 0
+        self.direct = False
+        self.tail_accepted = False
+
+    def accept(self, sample_rate: int, samples: np.ndarray) -> None:
+        if len(samples) == 0 or self.tail_accepted:
+            return  # empty feeds only deliver steps; the tail padding was given already
+        self.inner.accept(sample_rate, samples)
+
+    def accept_tail(self, sample_rate: int, samples: np.ndarray) -> None:
+        """The driver gives the end-of-input padding itself, so its steps can be batched."""
+        self.inner.accept(sample_rate, samples)
+        self.inner.input_finished()
+        self.tail_accepted = True
+
+    def ready(self) -> bool:
+        return bool(self.inner.engine.is_ready(self.inner.stream))
+
+    def decode_step(self) -> bool:
+        if self.direct:
+            return self.inner.decode_step()
+        if self.steps_done:
+            self.steps_done -= 1
+            return True
+        return False
+
+    def hypothesis(self) -> Hypothesis:
+        return self.inner.hypothesis()
+
+    def is_endpoint(self) -> bool:
+        return self.inner.is_endpoint()
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def input_finished(self) -> None:
+        if not self.tail_accepted:
+            self.inner.input_finished()
+
+
+class _BatchRecognizer:
+    """Hands StreamSession an externally decoded stream instead of an ordinary one."""
+
+    def __init__(self, recognizer: Any) -> None:
+        self.recognizer = recognizer
+        self.last: ExternallyDecodedStream | None = None
+
+    @property
+    def description(self) -> str:
+        return self.recognizer.description
+
+    @property
+    def chunk_s(self) -> float:
+        return self.recognizer.chunk_s
+
+    def create_stream(self) -> ExternallyDecodedStream:
+        self.last = ExternallyDecodedStream(self.recognizer.create_stream())
+        return self.last
+
+
+@dataclass
+class _Slot:
+    utt: Utterance
+    source: FileSource
+    session: StreamSession
+    stream: ExternallyDecodedStream
+    blocks: Iterator[np.ndarray]
+    span: SpanDetector
+    events: list[Event] = field(default_factory=list)
+    done: bool = False
+    error: str = ""
+
+
+def run_batched(
+    recognizer: Any,
+    utterances: Sequence[Utterance],
+    options: RunOptions,
+    streams: int,
+    on_done: Callable[[UtteranceRecord], None] = lambda record: None,
+) -> list[UtteranceRecord]:
+    """Decode up to `streams` utterances at once with batched encoder steps.
+
+    Needs a recognizer with `decode_many` (sherpa-onnx). Records come back in dataset order.
+    Per-utterance compute time is not separable in a batch, so records carry compute 0; the
+    caller measures the pass's wall time for throughput.
+    """
+    if streams < 1:
+        raise UsageError(f"--streams must be at least 1, got {streams}")
+    if options.realtime:
+        raise UsageError(
+            "--realtime paces one live stream; run it without --streams (or with --streams 1)"
+        )
+    if not hasattr(recognizer, "decode_many"):
+        raise UsageError("--streams needs the sherpa-onnx engine (batched decode_streams)")
+    proxy = _BatchRecognizer(recognizer)
+    pending = list(enumerate(utterances))[::-1]
+    results: dict[int, UtteranceRecord] = {}
+    active: dict[int, _Slot] = {}
+    while pending or active:
+        while pending and len(active) < streams:
+            index, utt = pending.pop()
+            slot = _open_slot(proxy, utt, options)
+            if isinstance(slot, UtteranceRecord):
+                results[index] = slot
+                on_done(slot)
+            else:
+                active[index] = slot
+        for slot in active.values():
+            _feed_next(slot, options)
+        _decode_all(recognizer, list(active.values()))
+        for index in [i for i, s in active.items() if s.done]:
+            slot = active.pop(index)
+            record = _close_slot(slot, options)
+            results[index] = record
+            on_done(record)
+    return [results[i] for i in range(len(utterances))]
+
+
+def _open_slot(
+    proxy: _BatchRecognizer, utt: Utterance, options: RunOptions
+) -> _Slot | UtteranceRecord:
+    try:
+        source = FileSource(str(utt.audio))
+    except InputError as exc:
+        return failed_record(utt, str(exc), options.metric)
+    session = StreamSession(proxy, source.sample_rate, utt.id, options.stream)
+    stream = proxy.last
+    if stream is None:  # pragma: no cover - StreamSession always opens a stream
+        raise RuntimeError("session opened no stream")
+    blocks = source.blocks(session.block_s)
+    return _Slot(utt, source, session, stream, blocks, SpanDetector(source.sample_rate))
+
+
+def _feed_next(slot: _Slot, options: RunOptions) -> None:
+    """Give one slot its next block, or its end-of-input padding when the file is over."""
+    try:
+        block = next(slot.blocks, None)
+    except InputError as exc:
+        slot.done, slot.error = True, str(exc)
+        slot.stream.direct = True
+        return
+    if block is not None:
+        slot.span.feed(block)
+        slot.events.extend(slot.session.feed(block))
+        return
+    slot.done = True
+    if slot.session.audio_s > 0:
+        pad = int(options.stream.tail_padding_s * slot.session.sample_rate)
+        slot.stream.accept_tail(slot.session.sample_rate, np.zeros(pad, dtype=np.float32))
+    else:
+        slot.stream.direct = True  # nothing was heard: let the session decide on its own
+
+
+def _decode_all(recognizer: Any, slots: list[_Slot]) -> None:
+    """Batched encoder steps until no stream has a chunk ready; sessions see each step."""
+    while True:
+        ready = [s for s in slots if not s.stream.direct and s.stream.ready()]
+        if not ready:
+            return
+        recognizer.decode_many([s.stream.inner for s in ready])
+        for slot in ready:
+            slot.stream.steps_done += 1
+            slot.events.extend(slot.session.feed(np.zeros(0, dtype=np.float32)))
+
+
+def _close_slot(slot: _Slot, options: RunOptions) -> UtteranceRecord:
+    slot.source.close()
+    if slot.error:
+        return failed_record(slot.utt, slot.error, options.metric)
+    slot.events.extend(slot.session.finish())
+    summary = slot.session.summary()
+    return build_record(slot.utt, slot.events, summary.audio_s, 0.0, slot.span, options.metric)

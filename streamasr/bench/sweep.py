@@ -1,0 +1,129 @@
+"""Sweeps: one run per setting (`--chunk 16,32,64`), every setting checked before any runs.
+
+A setting is one model export. All of them are resolved first, so a chunk the model was not
+exported for stops the sweep before minutes are spent on the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from streamasr.backends.base import EngineOptions
+from streamasr.bench.datasets import Utterance
+from streamasr.bench.report import setting_record, summarize
+from streamasr.bench.runner import (
+    RunOptions,
+    UtteranceRecord,
+    run_batched,
+    run_sequential,
+    warm_up,
+)
+from streamasr.errors import UsageError
+from streamasr.modeldir import ModelFiles, resolve_model
+
+log = logging.getLogger("streamasr")
+
+Progress = Callable[[str, UtteranceRecord], None]
+
+
+def parse_int_list(text: str | None, option: str) -> list[int | None]:
+    """'16,32' -> [16, 32]; None -> [None] (the model's default export)."""
+    if text is None or not text.strip():
+        return [None]
+    values: list[int | None] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            value = int(part)
+        except ValueError:
+            raise UsageError(
+                f"{option} takes whole numbers separated by commas (e.g. 16,32), got {text!r}"
+            ) from None
+        if value <= 0:
+            raise UsageError(f"{option} values must be positive, got {value}")
+        if value in values:
+            raise UsageError(f"{option} lists {value} twice")
+        values.append(value)
+    return values
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of a sweep."""
+
+    name: str
+    files: ModelFiles
+
+
+def plan_settings(
+    model: str | None, chunks: Sequence[int | None], prefer_int8: bool
+) -> list[Setting]:
+    """Resolve every setting up front; a missing chunk raises ModelError listing those the
+    model has."""
+    settings = []
+    for chunk in chunks:
+        files = resolve_model(model, chunk, prefer_int8=prefer_int8)
+        settings.append(Setting(f"chunk {files.chunk}", files))
+    return settings
+
+
+def run_setting(
+    setting: Setting,
+    engine: EngineOptions,
+    utterances: Sequence[Utterance],
+    options: RunOptions,
+    streams: int = 1,
+    on_done: Progress = lambda name, record: None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Any]:
+    """Load the export, warm it up, run the utterances; return the setting's results entry.
+
+    With `streams` > 1 the set is decoded a second time in batches: the one-stream pass gives
+    the per-utterance records and RTF, the batched pass the aggregate throughput, and the two
+    are compared field by field (they must agree).
+    """
+    from streamasr.backends.sherpa import SherpaRecognizer
+
+    recognizer = SherpaRecognizer(setting.files, engine)
+    log.info("bench setting %s: %s", setting.name, recognizer.description)
+    warm_up(recognizer)
+    started = clock()
+    records = run_sequential(
+        recognizer, utterances, options, lambda r: on_done(setting.name, r), clock=clock
+    )
+    wall_s = clock() - started
+    streams_info = None
+    if streams > 1:
+        started = clock()
+        batched = run_batched(
+            recognizer, utterances, options, streams,
+            lambda r: on_done(f"{setting.name} x{streams}", r),
+        )
+        batch_wall_s = clock() - started
+        mismatched = [
+            a.id
+            for a, b in zip(records, batched, strict=True)
+            if a.algorithmic() != b.algorithmic()
+        ]
+        if mismatched:
+            log.warning(
+                "%s: %d utterances differ between one stream and %d batched streams (%s)",
+                setting.name, len(mismatched), streams, ", ".join(mismatched[:5]),
+            )
+        audio_s = sum(r.audio_s for r in batched)
+        streams_info = {
+            "n": streams,
+            "wall_s": round(batch_wall_s, 3),
+            "throughput_x": round(audio_s / batch_wall_s, 2) if batch_wall_s > 0 else None,
+            "identical": not mismatched,
+            "mismatched": mismatched,
+        }
+    summary = summarize(records, options.metric, wall_s, streams_info)
+    files = setting.files
+    return setting_record(
+        setting.name, files.name, files.chunk, files.onnx_files(), summary, records
+    )

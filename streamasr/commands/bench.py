@@ -1,0 +1,264 @@
+"""`streamasr bench`: WER/CER, latency and speed over a test set, with sweeps and a run record."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from streamasr.commands.common import (
+    EXIT_INTERRUPTED,
+    BlockOpt,
+    DecodingOpt,
+    EndpointOpt,
+    Fp32Opt,
+    HotwordsOpt,
+    HotwordsScoreOpt,
+    ModelOpt,
+    Rule1Opt,
+    Rule2Opt,
+    Rule3Opt,
+    TailOpt,
+    ThreadsOpt,
+    VerboseOpt,
+    cli_errors,
+    engine_options,
+    err_console,
+    setup_logging,
+)
+from streamasr.errors import DatasetError, UsageError
+
+log = logging.getLogger("streamasr")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `bench` command."""
+
+    @app.command("bench")
+    def bench_command(
+        dataset: Annotated[
+            Path,
+            typer.Argument(
+                help="LibriSpeech-style folder (*.trans.txt), Kaldi data dir (wav.scp + text) "
+                "or JSONL manifest (audio_filepath, text, ...)."
+            ),
+        ],
+        model: ModelOpt = None,
+        chunk: Annotated[
+            str | None,
+            typer.Option(
+                help="Chunk(s) in 50 Hz frames, comma-separated to sweep (16,32 = 320 and "
+                "640 ms). Each must exist as an export of the model."
+            ),
+        ] = None,
+        limit: Annotated[
+            int | None, typer.Option(help="Use only the first N utterances.")
+        ] = None,
+        metric: Annotated[
+            str,
+            typer.Option(help="wer, cer, or auto (cer for a Chinese/Japanese model, else wer)."),
+        ] = "auto",
+        realtime: Annotated[
+            bool,
+            typer.Option(help="Feed each utterance at live speed and report wall-clock latency "
+                         "too (slow: takes as long as the audio)."),
+        ] = False,
+        streams: Annotated[
+            int,
+            typer.Option(help="Also decode N utterances at once in batches and report the "
+                         "aggregate throughput (results must equal one stream's)."),
+        ] = 1,
+        out: Annotated[
+            Path, typer.Option(help="Folder for results.json and results.md.")
+        ] = Path("bench-results"),
+        baseline: Annotated[
+            Path | None,
+            typer.Option(help="An earlier results.json to compare against."),
+        ] = None,
+        fail_on: Annotated[
+            str | None,
+            typer.Option(help="Exit 1 when a metric regresses past a bound against --baseline, "
+                         "e.g. 'wer+0.5,first_token_p90+50ms,throughput-10%'."),
+        ] = None,
+        plot: Annotated[
+            Path | None,
+            typer.Option(help="Draw error rate against first-token latency to this PNG "
+                         "(needs matplotlib: pip install 'streamasr[plot]')."),
+        ] = None,
+        fp32: Fp32Opt = False,
+        threads: ThreadsOpt = 2,
+        decoding_method: DecodingOpt = "greedy_search",
+        hotwords: HotwordsOpt = None,
+        hotwords_score: HotwordsScoreOpt = 1.5,
+        endpoint: EndpointOpt = True,
+        rule1: Rule1Opt = 2.4,
+        rule2: Rule2Opt = 1.2,
+        rule3: Rule3Opt = 20.0,
+        block_ms: BlockOpt = None,
+        tail_padding: TailOpt = 0.66,
+        verbose: VerboseOpt = False,
+    ) -> None:
+        """Accuracy, latency and speed over a test set; one table row per setting."""
+        setup_logging(verbose)
+        try:
+            with cli_errors():
+                regressed = _bench(locals())
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted; no results written[/yellow]")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        if regressed:
+            raise typer.Exit(1)
+
+
+def _bench(args: dict[str, Any]) -> bool:
+    """Validate everything, run every setting, write and show results; True on regression."""
+    from streamasr.bench import report
+    from streamasr.bench.datasets import load_dataset
+    from streamasr.bench.metrics import METRICS, language_metric
+    from streamasr.bench.runner import RunOptions
+    from streamasr.bench.sweep import parse_int_list, plan_settings, run_setting
+    from streamasr.stream import StreamOptions
+
+    block_ms, tail = args["block_ms"], args["tail_padding"]
+    if block_ms is not None and block_ms <= 0:
+        raise UsageError(f"--block-ms must be positive, got {block_ms}")
+    if tail < 0:
+        raise UsageError(f"--tail-padding must be zero or more seconds, got {tail}")
+    if args["limit"] is not None and args["limit"] < 1:
+        raise UsageError(f"--limit must be at least 1, got {args['limit']}")
+    if args["streams"] < 1:
+        raise UsageError(f"--streams must be at least 1, got {args['streams']}")
+    if args["realtime"] and args["streams"] > 1:
+        raise UsageError(
+            "--realtime paces one live stream at a time; use it without --streams"
+        )
+    if args["metric"] not in (*METRICS, "auto"):
+        raise UsageError(f"--metric {args['metric']!r}: use wer, cer or auto")
+    rules = report.parse_fail_on(args["fail_on"]) if args["fail_on"] else []
+    if rules and args["baseline"] is None:
+        raise UsageError("--fail-on needs --baseline PREVIOUS/results.json to compare against")
+    baseline = report.load_baseline(args["baseline"]) if args["baseline"] else None
+    engine = engine_options(
+        args["threads"], args["decoding_method"], args["hotwords"], args["hotwords_score"],
+        args["endpoint"], args["rule1"], args["rule2"], args["rule3"],
+    )
+    settings = plan_settings(
+        args["model"], parse_int_list(args["chunk"], "--chunk"), prefer_int8=not args["fp32"]
+    )
+    data = load_dataset(args["dataset"]).limited(args["limit"])
+    if not data.utterances:
+        raise DatasetError(
+            f"{data.path}: no usable utterances ({len(data.bad_rows)} bad rows, "
+            f"{len(data.missing_audio)} with missing audio); see the warnings above"
+        )
+    metric = args["metric"]
+    if metric == "auto":
+        metric = language_metric(str(settings[0].files.tokens))
+    options = RunOptions(
+        StreamOptions(block_s=block_ms / 1000 if block_ms else None, tail_padding_s=tail),
+        metric=metric,
+        realtime=args["realtime"],
+    )
+    run = report.run_record({
+        "model": settings[0].files.name,
+        "model_dir": str(settings[0].files.directory),
+        "chunks": [s.files.chunk for s in settings],
+        "threads": engine.threads,
+        "decoding_method": engine.decoding_method,
+        "endpoint": {
+            "enabled": engine.endpoint.enabled, "rule1_s": engine.endpoint.rule1_s,
+            "rule2_s": engine.endpoint.rule2_s, "rule3_s": engine.endpoint.rule3_s,
+        },
+        "block_ms": block_ms,
+        "tail_padding_s": tail,
+        "metric": metric,
+        "realtime": args["realtime"],
+        "streams": args["streams"],
+        "limit": args["limit"],
+    })
+    results = _run_all(settings, engine, data.utterances, options, args["streams"], run_setting)
+    doc = report.results_document(run, report.dataset_record(data), results)
+    checks = report.compare(baseline, doc, rules) if baseline is not None else []
+    report.write_results(args["out"], doc, checks)
+    err_console.print(report.rich_table(doc))
+    _print_notes(doc, args["out"])
+    if args["plot"] is not None:
+        from streamasr.bench.plot import plot_tradeoff
+
+        plot_tradeoff(doc, args["plot"])
+        err_console.print(f"plot: {args['plot']}", highlight=False)
+    if checks:
+        err_console.print("[bold]against the baseline[/bold]")
+        for line in report.comparison_lines(checks):
+            err_console.print(line, highlight=False, markup=False)
+    if all(s["summary"]["failed"] == s["summary"]["utterances"] for s in doc["settings"]):
+        raise DatasetError("no utterance could be decoded; see the errors in results.json")
+    failed = [c for c in checks if c.failed]
+    if failed:
+        err_console.print(
+            f"[red]regression:[/red] {len(failed)} check(s) beyond --fail-on bounds",
+            highlight=False,
+        )
+    return bool(failed)
+
+
+def _run_all(
+    settings: list[Any],
+    engine: Any,
+    utterances: Any,
+    options: Any,
+    streams: int,
+    run_setting: Any,
+) -> list[dict[str, Any]]:
+    """Run each setting under one progress bar with an ETA (shown on a terminal only)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    passes = 2 if streams > 1 else 1
+    total = len(utterances) * len(settings) * passes
+    columns = (
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+    )
+    results = []
+    with Progress(
+        *columns, console=err_console, transient=True, disable=not err_console.is_terminal
+    ) as progress:
+        task = progress.add_task("bench", total=total)
+
+        def on_done(name: str, record: Any) -> None:
+            progress.update(task, advance=1, description=f"{name}: {record.id}")
+
+        for setting in settings:
+            results.append(
+                run_setting(setting, engine, utterances, options, streams, on_done)
+            )
+    return results
+
+
+def _print_notes(doc: dict[str, Any], out: Path) -> None:
+    """Skipped rows, failures and where the files went, under the table."""
+    data = doc["dataset"]
+    if data["bad_rows"] or data["missing_audio"]:
+        err_console.print(
+            f"skipped {len(data['bad_rows'])} bad rows, {len(data['missing_audio'])} "
+            "utterances with missing audio (listed in results.md)",
+            highlight=False,
+        )
+    for setting in doc["settings"]:
+        info = setting["summary"].get("streams")
+        if info and not info["identical"]:
+            err_console.print(
+                f"[red]warning:[/red] {setting['name']}: batched results differ for "
+                f"{', '.join(info['mismatched'][:5])}",
+                highlight=False,
+            )
+    err_console.print(f"results: {out / 'results.json'}, {out / 'results.md'}", highlight=False)
