@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install what the tests need (Debian packages + the dev extra) and run the whole suite.
+# Fails if any test fails, or is skipped: every dependency a test needs is installed here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(espeak-ng sox pocketsphinx-testdata pulseaudio pulseaudio-utils
+                 libportaudio2 libasound2-plugins alsa-utils tmux)
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+if ! dpkg -s "${DEBIAN_PACKAGES[@]}" >/dev/null 2>&1; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${DEBIAN_PACKAGES[@]}" >/dev/null
+fi
+
+python -m pip install -q -e '.[dev]'
+mkdir -p build
+python -m pytest -q -rs --junitxml=build/junit.xml "$@"
+
+python - <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+
+suite = ET.parse("build/junit.xml").getroot()
+suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+tests, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
+if tests == 0:
+    sys.exit("no tests ran")
+if skipped:
+    sys.exit(f"{skipped} tests were skipped; every test must run (see the -rs lines above)")
+PY
