@@ -83,7 +83,7 @@ def start_pulse(directory: Path, timeout_s: float = 15.0) -> PulseServer:
             "-n",
             "--log-target=stderr",
             f"--load=module-native-protocol-unix auth-anonymous=1 socket={directory / 'native'}",
-            f"--load=module-null-sink sink_name={SINK} rate=48000 channels=2",
+            f"--load=module-null-sink sink_name={SINK} rate=44100 channels=2",
         ],
         env=server_env,
         stdout=log,

@@ -353,8 +353,21 @@ def register(app: typer.Typer) -> None:
                 if max_backlog <= 0:
                     raise UsageError(f"--max-backlog must be positive seconds, got {max_backlog}")
                 recognizer, options, renderer = _prepare(
-                    model, chunk, fp32, threads, decoding_method, hotwords, hotwords_score,
-                    endpoint, rule1, rule2, rule3, block_ms, tail_padding, True, fmt,
+                    model,
+                    chunk,
+                    fp32,
+                    threads,
+                    decoding_method,
+                    hotwords,
+                    hotwords_score,
+                    endpoint,
+                    rule1,
+                    rule2,
+                    rule3,
+                    block_ms,
+                    tail_padding,
+                    True,
+                    fmt,
                 )
                 options = dataclasses.replace(
                     options, onset=dataclasses.replace(options.onset, threshold_dbfs=onset_dbfs)

@@ -1,0 +1,473 @@
+"""Capture logic without a sound server: device selection, the callback queue, the live loop.
+
+The PortAudio stream is injected (a thread that calls the callback like PortAudio does); the
+recognizer is the real sherpa-onnx one on a bundled model. The real PortAudio path is tested
+in test_mic_pulse.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from streamasr.audio import FileSource
+from streamasr.backends.sherpa import SherpaRecognizer
+from streamasr.commands.mic import (
+    SessionOutput,
+    first_token_p50_ms,
+    format_devices,
+    run_capture,
+)
+from streamasr.errors import DependencyError, DeviceError, UsageError
+from streamasr.events import FirstToken
+from streamasr.mic import (
+    AudioWriter,
+    DeviceInfo,
+    MicSource,
+    list_input_devices,
+    select_device,
+)
+from streamasr.modeldir import resolve_model
+from streamasr.render import JsonlRenderer
+from streamasr.stream import StreamOptions, StreamSession
+
+REPO = Path(__file__).resolve().parent.parent
+
+USB = DeviceInfo(3, "USB Audio Device: Mic (hw:1,0)", "ALSA", 1, 48000)
+PULSE = DeviceInfo(0, "pulse", "ALSA", 32, 44100)
+DEFAULT = DeviceInfo(1, "default", "ALSA", 32, 44100, is_default=True)
+HEADSET = DeviceInfo(7, "USB Headset", "ALSA", 2, 48000)
+DEVICES = [PULSE, DEFAULT, USB, HEADSET]
+
+
+# ---- device selection -------------------------------------------------------------------
+
+
+def test_no_device_given_picks_the_default() -> None:
+    assert select_device(DEVICES, None) == DEFAULT
+
+
+def test_device_by_index_and_by_case_insensitive_substring() -> None:
+    assert select_device(DEVICES, "3") == USB
+    assert select_device(DEVICES, "mic (hw") == USB
+    assert select_device(DEVICES, "HEADSET") == HEADSET
+
+
+def test_an_exact_name_wins_over_substrings() -> None:
+    more = [*DEVICES, DeviceInfo(9, "pulse monitor", "ALSA", 2, 48000)]
+    assert select_device(more, "Pulse") == PULSE
+
+
+def test_ambiguous_name_lists_the_candidates() -> None:
+    with pytest.raises(DeviceError) as info:
+        select_device(DEVICES, "usb")
+    message = str(info.value)
+    assert "matches 2" in message
+    assert "[3] USB Audio Device" in message and "[7] USB Headset" in message
+    assert "[0] pulse" not in message
+
+
+def test_unknown_name_or_index_lists_every_device() -> None:
+    for spec in ("focusrite", "42"):
+        with pytest.raises(DeviceError) as info:
+            select_device(DEVICES, spec)
+        assert all(d.describe() in str(info.value) for d in DEVICES)
+
+
+def test_no_devices_at_all_says_what_to_plug_in() -> None:
+    with pytest.raises(DeviceError, match="no audio input device.*Plug in a microphone"):
+        select_device([], None)
+
+
+def test_without_a_default_the_first_device_is_used() -> None:
+    assert select_device([USB, HEADSET], None) == USB
+
+
+def test_listing_keeps_inputs_and_marks_the_default() -> None:
+    fake = SimpleNamespace(
+        PortAudioError=RuntimeError,
+        default=SimpleNamespace(device=[2, 0]),
+        query_hostapis=lambda: [{"name": "ALSA"}],
+        query_devices=lambda: [
+            {
+                "index": 0,
+                "name": "speakers",
+                "hostapi": 0,
+                "max_input_channels": 0,
+                "default_samplerate": 48000.0,
+            },
+            {
+                "index": 2,
+                "name": "USB mic",
+                "hostapi": 0,
+                "max_input_channels": 1,
+                "default_samplerate": 48000.0,
+            },
+        ],
+    )
+    devices = list_input_devices(fake)  # type: ignore[arg-type]
+    assert devices == [DeviceInfo(2, "USB mic", "ALSA", 1, 48000, is_default=True)]
+    table = format_devices(devices)
+    assert "* " in table.splitlines()[1] and "48000" in table
+
+
+def test_channel_out_of_range_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="1..2"):
+        MicSource(HEADSET, 0.1, channel=3)
+
+
+# ---- callback and queue -----------------------------------------------------------------
+
+
+class FakeStream:
+    """Calls the callback from its own thread with consecutive blocks, as PortAudio does."""
+
+    def __init__(
+        self,
+        audio: np.ndarray,
+        *,
+        callback,
+        finished_callback,
+        blocksize: int,
+        samplerate: int,
+        channels: int,
+        realtime: bool = False,
+        vanish_after: int | None = None,
+        flags: dict[int, str] | None = None,
+        **_: object,
+    ) -> None:
+        assert audio.shape[1] == channels
+        self.audio = audio
+        self.callback = callback
+        self.finished = finished_callback
+        self.blocksize = blocksize
+        self.rate = samplerate
+        self.realtime = realtime
+        self.vanish_after = vanish_after
+        self.flags = flags or {}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.opened_with = {"samplerate": samplerate, "channels": channels, "bs": blocksize}
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.thread.is_alive() and threading.current_thread() is not self.thread:
+            self.thread.join()
+
+    def close(self) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        for number, start in enumerate(range(0, len(self.audio), self.blocksize)):
+            if self.stopped.is_set():
+                return
+            if self.vanish_after is not None and number == self.vanish_after:
+                self.finished()
+                return
+            block = self.audio[start : start + self.blocksize]
+            if len(block) < self.blocksize:  # PortAudio blocks are always full
+                return
+            flag = self.flags.get(number, "")
+            status = SimpleNamespace(
+                input_overflow=flag == "overflow", input_underflow=flag == "underflow"
+            )
+            self.callback(block, len(block), None, status)
+            if self.realtime:
+                time.sleep(self.blocksize / self.rate)
+        self.stopped.wait()  # a live device keeps going until stopped
+
+
+def factory(audio: np.ndarray, **extra: object):
+    made: list[FakeStream] = []
+
+    def make(**kwargs: object) -> FakeStream:
+        stream = FakeStream(audio, **extra, **kwargs)  # type: ignore[arg-type]
+        made.append(stream)
+        return stream
+
+    make.made = made  # type: ignore[attr-defined]
+    return make
+
+
+def stereo(seconds: float, rate: int) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    return (rng.standard_normal((round(seconds * rate), 2)) * 0.1).astype(np.float32)
+
+
+def take(source: MicSource, count: int) -> list[np.ndarray]:
+    out = []
+    for block in source.blocks(stall_timeout_s=5):
+        out.append(block.samples)
+        if len(out) == count:
+            break
+    return out
+
+
+def test_blocks_arrive_in_order_downmixed_at_the_native_rate() -> None:
+    audio = stereo(1.0, 48000)
+    make = factory(audio)
+    source = MicSource(HEADSET, 0.1, stream_factory=make)
+    source.start()
+    blocks = take(source, 10)
+    source.close()
+    assert make.made[0].opened_with == {"samplerate": 48000, "channels": 2, "bs": 4800}
+    assert np.array_equal(np.concatenate(blocks), audio.mean(axis=1).astype(np.float32))
+
+
+def test_channel_selection_takes_that_channel_only() -> None:
+    audio = stereo(0.5, 48000)
+    source = MicSource(HEADSET, 0.1, channel=2, stream_factory=factory(audio))
+    source.start()
+    blocks = take(source, 5)
+    source.close()
+    assert np.array_equal(np.concatenate(blocks), audio[:, 1])
+
+
+def test_virtual_devices_open_two_channels_not_thirty_two() -> None:
+    assert MicSource(PULSE, 0.1).channels == 2
+    assert MicSource(PULSE, 0.1, channel=5).channels == 5
+    assert MicSource(USB, 0.1).channels == 1
+
+
+def test_overflows_and_underflows_reported_by_portaudio_are_counted() -> None:
+    make = factory(stereo(1.0, 48000), flags={2: "overflow", 5: "overflow", 7: "underflow"})
+    source = MicSource(HEADSET, 0.1, stream_factory=make)
+    source.start()
+    take(source, 10)
+    stats = source.stats()
+    source.close()
+    assert (stats.input_overflows, stats.input_underflows) == (2, 1)
+    assert stats.blocks == 10 and stats.captured_s == pytest.approx(1.0)
+
+
+def test_a_slow_consumer_sees_the_backlog_and_a_full_queue_drops_and_counts() -> None:
+    source = MicSource(HEADSET, 0.1, max_backlog_s=0.5, stream_factory=factory(stereo(1.0, 48000)))
+    source.start()
+    deadline = time.monotonic() + 10
+    while source.stats().blocks + source.stats().dropped_blocks < 10:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert source.backlog_s == pytest.approx(0.5)
+    stats = source.stats()
+    assert stats.dropped_blocks == 5 and stats.dropped_s == pytest.approx(0.5)
+    assert stats.max_backlog_s == pytest.approx(0.5)
+    assert len(take(source, 5)) == 5
+    assert source.backlog_s == 0
+    source.close()
+
+
+def test_the_callback_never_waits_for_the_consumer() -> None:
+    """Capture keeps its pace while nobody reads: the queue grows, PortAudio is not held."""
+    make = factory(stereo(1.0, 48000))
+    source = MicSource(HEADSET, 0.05, stream_factory=make)
+    source.start()
+    deadline = time.monotonic() + 10
+    while source.stats().blocks < 20:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert source.backlog_s == pytest.approx(1.0)
+    source.close()
+
+
+def test_a_device_that_goes_away_raises_device_error() -> None:
+    source = MicSource(HEADSET, 0.1, stream_factory=factory(stereo(1.0, 48000), vanish_after=3))
+    source.start()
+    got = []
+    with pytest.raises(DeviceError, match="stopped delivering audio"):
+        for block in source.blocks():
+            got.append(block)
+    assert len(got) == 3
+    source.close()
+
+
+def test_a_device_that_stalls_raises_device_error() -> None:
+    silent = factory(np.zeros((0, 2), np.float32))
+    source = MicSource(HEADSET, 0.05, stream_factory=silent)
+    source.start()
+    with pytest.raises(DeviceError, match="delivered no audio"):
+        next(iter(source.blocks(stall_timeout_s=0.2, first_block_timeout_s=0.3)))
+    source.close()
+
+
+def test_a_stream_that_cannot_open_is_a_device_error() -> None:
+    def refuse(**_: object) -> FakeStream:
+        raise RuntimeError("Invalid sample rate [PaErrorCode -9997]")
+
+    with pytest.raises(DeviceError, match="cannot open .*Invalid sample rate"):
+        MicSource(USB, 0.1, stream_factory=refuse).start()
+
+
+# ---- the live loop, with the real recognizer ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recognizer() -> SherpaRecognizer:
+    from streamasr.backends.base import EngineOptions
+
+    return SherpaRecognizer(resolve_model("tiny-random-transducer", None), EngineOptions())
+
+
+@pytest.fixture(scope="module")
+def speech_48k_stereo(speech_22k: Path) -> np.ndarray:
+    path = speech_22k.with_name("speech-48k-stereo.wav")
+    subprocess.run(
+        ["sox", str(speech_22k), "-r", "48000", "-c", "2", "-e", "floating-point", str(path)],
+        check=True,
+    )
+    audio, rate = sf.read(path, dtype="float32", always_2d=True)
+    assert rate == 48000
+    return audio
+
+
+def file_transcript(recognizer: SherpaRecognizer, path: Path) -> str:
+    source = FileSource(str(path))
+    session = StreamSession(recognizer, source.sample_rate, str(path), StreamOptions())
+    list(session.run(source.blocks(0.1)))
+    return session.summary().text
+
+
+def live(recognizer, audio, tmp_path, **stream_extra):
+    make = factory(audio, **stream_extra)
+    source = MicSource(HEADSET, recognizer.chunk_s, stream_factory=make)
+    shown = io.StringIO()
+    log = open(tmp_path / "log.jsonl", "w")  # noqa: SIM115 - SessionOutput closes it
+    output = SessionOutput(JsonlRenderer(shown), log)
+    writer = AudioWriter(str(tmp_path / "saved.wav"), source.sample_rate)
+    return source, output, writer, shown
+
+
+def test_a_48k_session_transcribes_like_the_file_and_saves_what_it_fed(
+    recognizer: SherpaRecognizer, speech_48k_stereo: np.ndarray, tmp_path: Path
+) -> None:
+    source, output, writer, shown = live(recognizer, speech_48k_stereo, tmp_path)
+    duration = 2.5
+    summary = run_capture(source, recognizer, StreamOptions(), output, writer, duration)
+    assert summary is not None and summary.text
+    saved, rate = sf.read(tmp_path / "saved.wav", dtype="float32")
+    assert rate == 48000 and len(saved) == round(duration * 48000)
+    assert np.array_equal(saved, speech_48k_stereo[: len(saved)].mean(axis=1).astype(np.float32))
+    assert file_transcript(recognizer, tmp_path / "saved.wav") == summary.text
+    log_lines = (tmp_path / "log.jsonl").read_text().splitlines()
+    assert log_lines == shown.getvalue().splitlines()
+    assert json.loads(log_lines[-1])["type"] == "summary"
+
+
+def test_wall_time_starts_when_the_first_sample_was_captured(
+    recognizer: SherpaRecognizer, speech_48k_stereo: np.ndarray, tmp_path: Path
+) -> None:
+    """Fed at real-time pace, events can never be stamped earlier than their audio."""
+    source, output, writer, shown = live(recognizer, speech_48k_stereo, tmp_path, realtime=True)
+    run_capture(source, recognizer, StreamOptions(), output, writer, 1.5)
+    events = [json.loads(x) for x in shown.getvalue().splitlines()][:-1]
+    assert events
+    for event in events:
+        assert event["wall_s"] >= event["audio_s"] - 0.05
+
+
+def test_device_lost_mid_stream_keeps_what_was_recognised_and_closes_files(
+    recognizer: SherpaRecognizer, speech_48k_stereo: np.ndarray, tmp_path: Path
+) -> None:
+    source, output, writer, shown = live(recognizer, speech_48k_stereo, tmp_path, vanish_after=8)
+    with pytest.raises(DeviceError):
+        run_capture(source, recognizer, StreamOptions(), output, writer, None)
+    records = [json.loads(x) for x in shown.getvalue().splitlines()]
+    assert any(r["type"] == "final" for r in records) and records[-1]["type"] == "summary"
+    assert records[-1]["audio_s"] == pytest.approx(8 * recognizer.chunk_s)
+    assert output.log_file is not None and output.log_file.closed
+    assert sf.info(str(tmp_path / "saved.wav")).frames == round(8 * recognizer.chunk_s * 48000)
+
+
+def test_first_token_p50_is_the_median_of_wall_latencies() -> None:
+    def ft(ms: float) -> FirstToken:
+        return FirstToken(1, 0.0, 0.0, 0, "a", 0.0, 0.0, ms / 1000)
+
+    assert first_token_p50_ms([]) is None
+    assert first_token_p50_ms([ft(300), ft(500), ft(100)]) == pytest.approx(300)
+
+
+# ---- the saved file survives a crash ----------------------------------------------------
+
+
+def test_saved_audio_survives_a_crash_up_to_the_last_block(tmp_path: Path) -> None:
+    path = tmp_path / "crash.wav"
+    code = (
+        "import os, numpy as np\n"
+        "from streamasr.mic import AudioWriter\n"
+        f"w = AudioWriter({str(path)!r}, 48000)\n"
+        "for i in range(5):\n"
+        "    w.write(np.full(4800, i / 10, dtype=np.float32))\n"
+        "os._exit(9)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO)
+    audio, rate = sf.read(path, dtype="float32")
+    assert rate == 48000 and len(audio) == 5 * 4800
+    assert audio[-1] == pytest.approx(0.4)
+
+
+def test_save_to_an_unwritable_place_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--save"):
+        AudioWriter(str(tmp_path / "missing" / "x.wav"), 48000)
+
+
+# ---- missing PortAudio / sounddevice ----------------------------------------------------
+
+RUNNER = (
+    "from streamasr.cli import app\n"
+    "from streamasr.commands import mic\n"
+    "if 'mic' not in {c.name for c in app.registered_commands}:\n"
+    "    mic.register(app)\n"
+    "app()\n"
+)
+
+
+def run_cli(args: list[str], env: dict[str, str], timeout: float = 60):
+    return subprocess.run(
+        [sys.executable, "-c", RUNNER, *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    ("stub", "advice"),
+    [
+        ("raise OSError('PortAudio library not found')", "apt-get install libportaudio2"),
+        ("raise ImportError('No module named sounddevice')", "pip install sounddevice"),
+    ],
+)
+@pytest.mark.parametrize("command", [["devices"], ["mic", "--model", "tiny-random-transducer"]])
+def test_missing_portaudio_or_sounddevice_is_advice_not_a_traceback(
+    tmp_path: Path, stub: str, advice: str, command: list[str]
+) -> None:
+    # sounddevice's own import raises exactly this OSError when libportaudio is absent
+    (tmp_path / "sounddevice.py").write_text(stub + "\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    result = run_cli(command, env)
+    assert result.returncode == 1, result.stderr
+    assert advice in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_load_sounddevice_maps_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamasr import mic
+
+    monkeypatch.setitem(sys.modules, "sounddevice", None)  # import raises ImportError
+    with pytest.raises(DependencyError, match="pip install sounddevice"):
+        mic.load_sounddevice()
