@@ -22,6 +22,9 @@ from pathlib import Path
 import pytest
 
 SINK = "streamasr_test"
+# PortAudio reports 44100 Hz as the native rate of ALSA's "pulse" device; a sink at the same
+# rate, fed 16-bit 44.1 kHz clips, means no resampler anywhere: the capture is bit-exact.
+SINK_RATE = 44100
 
 
 @dataclass
@@ -63,10 +66,10 @@ def client_env(directory: Path) -> dict[str, str]:
 
 
 def start_pulse(directory: Path, timeout_s: float = 15.0) -> PulseServer:
-    """Start the server and wait until it answers; skip the test if PulseAudio is absent."""
+    """Start the server and wait until it answers. CI installs PulseAudio: missing is a failure."""
     for tool in ("pulseaudio", "paplay", "pactl"):
         if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (Debian: pulseaudio pulseaudio-utils)")
+            pytest.fail(f"{tool} is not installed (Debian: pulseaudio pulseaudio-utils)")
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     env = client_env(directory)
@@ -83,7 +86,7 @@ def start_pulse(directory: Path, timeout_s: float = 15.0) -> PulseServer:
             "-n",
             "--log-target=stderr",
             f"--load=module-native-protocol-unix auth-anonymous=1 socket={directory / 'native'}",
-            f"--load=module-null-sink sink_name={SINK} rate=44100 channels=2",
+            f"--load=module-null-sink sink_name={SINK} rate={SINK_RATE} channels=2",
         ],
         env=server_env,
         stdout=log,
@@ -111,10 +114,10 @@ def start_pulse(directory: Path, timeout_s: float = 15.0) -> PulseServer:
     pytest.fail(f"pulseaudio did not answer within {timeout_s} s:\n{server.log()}")
 
 
-def stop_pulse(server: PulseServer) -> None:
-    """Kill the server and everything in its process group."""
+def stop_pulse(server: PulseServer, sig: signal.Signals = signal.SIGTERM) -> None:
+    """Stop the server and everything in its process group (SIGKILL: like a yanked device)."""
     if server.process.poll() is None:
-        os.killpg(server.process.pid, signal.SIGTERM)
+        os.killpg(server.process.pid, sig)
         try:
             server.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
