@@ -26,9 +26,18 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three espeak-ng utterances written in all three layouts by scripts/make_dataset.py."""
     out = tmp_path_factory.mktemp("bench-data")
     subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "make_dataset.py"), "--out", str(out),
-         "--n", "3", "--seed", "1"],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            str(REPO / "scripts" / "make_dataset.py"),
+            "--out",
+            str(out),
+            "--n",
+            "3",
+            "--seed",
+            "1",
+        ],
+        check=True,
+        capture_output=True,
     )
     return out
 
@@ -42,8 +51,11 @@ def write_wav(path: Path, seconds: float = 0.2) -> Path:
 def test_three_layouts_give_the_same_utterances(synthetic: Path) -> None:
     sets = {
         name: load_dataset(synthetic / sub)
-        for name, sub in (("librispeech", "librispeech"), ("kaldi", "kaldi"),
-                          ("jsonl", "manifest.jsonl"))
+        for name, sub in (
+            ("librispeech", "librispeech"),
+            ("kaldi", "kaldi"),
+            ("jsonl", "manifest.jsonl"),
+        )
     }
     for name, data in sets.items():
         assert data.format == name
@@ -69,18 +81,27 @@ def test_manifest_bad_rows_are_skipped_with_line_numbers(tmp_path: Path) -> None
     write_wav(tmp_path / "b.wav")
     write_wav(tmp_path / "c.wav")
     rows = [
-        json.dumps({"audio_filepath": "a.wav", "text": "HELLO", "speech_onset_s": 0.1,
-                    "speech_end_s": 0.2}),
+        json.dumps(
+            {"audio_filepath": "a.wav", "text": "HELLO", "speech_onset_s": 0.1, "speech_end_s": 0.2}
+        ),
         "{not json",
         json.dumps({"audio_filepath": "b.wav"}),
         json.dumps(["a list"]),
         "",
         json.dumps({"audio_filepath": "b.wav", "text": "X", "speech_onset_s": -1}),
-        json.dumps({"audio_filepath": "b.wav", "text": "X", "speech_onset_s": 0.5,
-                    "speech_end_s": 0.2}),
-        json.dumps({"audio_filepath": "b.wav", "text": "WORDS", "words": [
-            {"word": "WORDS", "start": 0.05, "end": 0.15},
-            {"word": "TOO", "start": 0.16, "end": 0.19}]}),
+        json.dumps(
+            {"audio_filepath": "b.wav", "text": "X", "speech_onset_s": 0.5, "speech_end_s": 0.2}
+        ),
+        json.dumps(
+            {
+                "audio_filepath": "b.wav",
+                "text": "WORDS",
+                "words": [
+                    {"word": "WORDS", "start": 0.05, "end": 0.15},
+                    {"word": "TOO", "start": 0.16, "end": 0.19},
+                ],
+            }
+        ),
         json.dumps({"audio_filepath": "gone.wav", "text": "MISSING"}),
         json.dumps({"audio_filepath": "a.wav", "text": "AGAIN"}),
         json.dumps({"audio_filepath": "c.wav", "text": "", "duration": "long"}),
@@ -116,9 +137,7 @@ def test_kaldi_rows_without_a_partner_are_reported(tmp_path: Path) -> None:
         "u5 wavs/u5.wav\n",
         encoding="utf-8",
     )
-    (data_dir / "text").write_text(
-        "u1 HELLO THERE\nu5 FIVE\nu9 NO AUDIO\n", encoding="utf-8"
-    )
+    (data_dir / "text").write_text("u1 HELLO THERE\nu5 FIVE\nu9 NO AUDIO\n", encoding="utf-8")
     data = load_dataset(data_dir)
     assert data.format == "kaldi"
     reasons = {(Path(r.file).name, r.line): r.reason for r in data.bad_rows}
@@ -151,7 +170,8 @@ def test_librispeech_missing_audio_empty_text_and_bad_bytes(tmp_path: Path) -> N
     data = load_dataset(tmp_path)
     assert data.format == "librispeech"
     assert [(u.id, u.text) for u in data.utterances] == [
-        ("19-198-0000", "NORTHANGER ABBEY"), ("19-198-0001", ""),
+        ("19-198-0000", "NORTHANGER ABBEY"),
+        ("19-198-0001", ""),
     ]
     assert [u.id for u in data.missing_audio] == ["19-198-0002"]
     assert {(r.line, r.reason.split()[0]) for r in data.bad_rows} == {(3, "not"), (5, "duplicate")}

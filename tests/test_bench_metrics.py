@@ -105,15 +105,30 @@ def scripted_events() -> list:
     """Two segments; wall times as a fake clock would stamp them under real-time pacing."""
     return [
         Partial(seq=1, audio_s=0.48, wall_s=0.50, segment=0, text=""),
-        FirstToken(seq=2, audio_s=0.80, wall_s=0.83, segment=0, text="HI", onset_s=0.3,
-                   latency_s=0.5, wall_latency_s=0.53),
+        FirstToken(
+            seq=2,
+            audio_s=0.80,
+            wall_s=0.83,
+            segment=0,
+            text="HI",
+            onset_s=0.3,
+            latency_s=0.5,
+            wall_latency_s=0.53,
+        ),
         Partial(seq=3, audio_s=0.80, wall_s=0.83, segment=0, text="HI"),
         Partial(seq=4, audio_s=1.12, wall_s=1.16, segment=0, text="HI THERE"),
         Endpoint(seq=5, audio_s=2.40, wall_s=2.45, segment=0),
-        Final(seq=6, audio_s=2.40, wall_s=2.45, segment=0, text="HI THERE", start_s=0.5,
-              end_s=1.4),
-        FirstToken(seq=7, audio_s=3.04, wall_s=3.10, segment=1, text="YOU", onset_s=2.7,
-                   latency_s=0.34, wall_latency_s=0.4),
+        Final(seq=6, audio_s=2.40, wall_s=2.45, segment=0, text="HI THERE", start_s=0.5, end_s=1.4),
+        FirstToken(
+            seq=7,
+            audio_s=3.04,
+            wall_s=3.10,
+            segment=1,
+            text="YOU",
+            onset_s=2.7,
+            latency_s=0.34,
+            wall_latency_s=0.4,
+        ),
         Partial(seq=8, audio_s=3.04, wall_s=3.10, segment=1, text="YOU"),
         Final(seq=9, audio_s=3.50, wall_s=3.71, segment=1, text="YOU", start_s=3.0, end_s=3.3),
     ]
@@ -200,7 +215,9 @@ def test_gate_passes_within_bounds_and_fails_beyond() -> None:
     base = doc(10.0, 400.0, 20.0)
     assert failures(compare(base, doc(10.5, 450.0, 18.0), rules)) == []
     assert failures(compare(base, doc(10.6, 451.0, 17.9), rules)) == [
-        "wer", "first_token_p90", "throughput",
+        "wer",
+        "first_token_p90",
+        "throughput",
     ]
     # improvements never fail
     assert failures(compare(base, doc(5.0, 100.0, 40.0), rules)) == []

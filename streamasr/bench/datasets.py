@@ -187,10 +187,13 @@ def _read_kaldi(root: Path) -> tuple[list[Utterance], list[BadRow]]:
         if not target:
             bad.append(BadRow(str(scp), number, f"{utt_id} has no audio path"))
         elif target.endswith("|"):
-            bad.append(BadRow(
-                str(scp), number,
-                f"{utt_id}: piped commands are not supported; write the audio to a file",
-            ))
+            bad.append(
+                BadRow(
+                    str(scp),
+                    number,
+                    f"{utt_id}: piped commands are not supported; write the audio to a file",
+                )
+            )
         elif utt_id in wavs:
             bad.append(BadRow(str(scp), number, f"duplicate id {utt_id}"))
         else:

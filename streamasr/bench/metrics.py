@@ -132,9 +132,7 @@ class Timing:
     final_cause: str = "none"  # "endpoint", "end_of_input" or "none" (no text)
 
 
-def timing(
-    events: Sequence[Event], onset_s: float | None, end_s: float | None
-) -> Timing:
+def timing(events: Sequence[Event], onset_s: float | None, end_s: float | None) -> Timing:
     """Latencies from a stream's events and the speech span (see the module docstring)."""
     first = next((e for e in events if isinstance(e, FirstToken)), None)
     if first is None:

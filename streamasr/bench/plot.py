@@ -30,8 +30,9 @@ def plot_tradeoff(doc: dict[str, Any], path: Path) -> None:
         ax.errorbar(
             [first["p50"]], [rate], xerr=[[0], [first["p90"] - first["p50"]]], fmt="o", capsize=3
         )
-        ax.annotate(setting["name"], (first["p50"], rate), textcoords="offset points",
-                    xytext=(5, 5))
+        ax.annotate(
+            setting["name"], (first["p50"], rate), textcoords="offset points", xytext=(5, 5)
+        )
     ax.set_xlabel("first-token latency, ms of audio (p50, bar to p90)")
     ax.set_ylabel(f"{metric} %")
     ax.set_title(Path(str(doc["dataset"]["path"])).name or "bench")

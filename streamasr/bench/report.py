@@ -181,8 +181,15 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     realtime = bool(doc["run"].get("realtime"))
     streams = doc["run"].get("streams", 1)
     header = [
-        "setting", "utts", f"{metric}%", "S/D/I", "first token ms p50/p90",
-        "final ms p50", "rev/utt", "RTF", "x real time",
+        "setting",
+        "utts",
+        f"{metric}%",
+        "S/D/I",
+        "first token ms p50/p90",
+        "final ms p50",
+        "rev/utt",
+        "RTF",
+        "x real time",
     ]
     if realtime:
         header.insert(5, "wall first token ms p50/p90")
@@ -260,8 +267,17 @@ def markdown(doc: dict[str, Any], comparison: Sequence[Check] = ()) -> str:
         "",
     ]
     for key in (
-        "model", "streamasr_version", "sherpa_onnx_version", "decoding_method", "threads",
-        "realtime", "streams", "metric", "cpu", "platform", "date",
+        "model",
+        "streamasr_version",
+        "sherpa_onnx_version",
+        "decoding_method",
+        "threads",
+        "realtime",
+        "streams",
+        "metric",
+        "cpu",
+        "platform",
+        "date",
     ):
         if key in run:
             lines.append(f"- {key}: {run[key]}")
@@ -414,7 +430,10 @@ def compare(
             base = metric_value(old, metric) if old is not None else None
             checks.append(
                 Check(
-                    setting["name"], metric, base, metric_value(setting["summary"], metric),
+                    setting["name"],
+                    metric,
+                    base,
+                    metric_value(setting["summary"], metric),
                     ruled.get(metric),
                 )
             )

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from streamasr.audio import FileSource, paced
-from streamasr.backends.base import Hypothesis, Recognizer
+from streamasr.backends.base import Recognizer
 from streamasr.bench.datasets import Utterance
 from streamasr.bench.metrics import ErrorCounts, Stability, Timing, score, stability, timing
 from streamasr.bench.span import SpanDetector
@@ -92,8 +92,21 @@ def failed_record(utt: Utterance, error: str, metric: str) -> UtteranceRecord:
     """A record for audio that could not be read: the reference counts as all deleted."""
     ref = score(utt.text, "", metric)
     return UtteranceRecord(
-        utt.id, str(utt.audio), utt.text, "", 0.0, 0.0, 0.0, ref, Timing(), Stability(),
-        utt.speech_onset_s, utt.speech_end_s, "dataset", (), error,
+        utt.id,
+        str(utt.audio),
+        utt.text,
+        "",
+        0.0,
+        0.0,
+        0.0,
+        ref,
+        Timing(),
+        Stability(),
+        utt.speech_onset_s,
+        utt.speech_end_s,
+        "dataset",
+        (),
+        error,
     )
 
 
@@ -241,14 +254,9 @@ class ExternallyDecodedStream:
             return True
         return False
 
-    def hypothesis(self) -> Hypothesis:
-        return self.inner.hypothesis()
-
-    def is_endpoint(self) -> bool:
-        return self.inner.is_endpoint()
-
-    def reset(self) -> None:
-        self.inner.reset()
+    def __getattr__(self, name: str) -> Any:
+        # Everything else (text, hypothesis, is_endpoint, reset, ...) is the inner stream's.
+        return getattr(self.inner, name)
 
     def input_finished(self) -> None:
         if not self.tail_accepted:

@@ -100,7 +100,10 @@ def run_setting(
     if streams > 1:
         started = clock()
         batched = run_batched(
-            recognizer, utterances, options, streams,
+            recognizer,
+            utterances,
+            options,
+            streams,
             lambda r: on_done(f"{setting.name} x{streams}", r),
         )
         batch_wall_s = clock() - started
@@ -112,7 +115,10 @@ def run_setting(
         if mismatched:
             log.warning(
                 "%s: %d utterances differ between one stream and %d batched streams (%s)",
-                setting.name, len(mismatched), streams, ", ".join(mismatched[:5]),
+                setting.name,
+                len(mismatched),
+                streams,
+                ", ".join(mismatched[:5]),
             )
         audio_s = sum(r.audio_s for r in batched)
         streams_info = {

@@ -53,39 +53,45 @@ def register(app: typer.Typer) -> None:
                 "640 ms). Each must exist as an export of the model."
             ),
         ] = None,
-        limit: Annotated[
-            int | None, typer.Option(help="Use only the first N utterances.")
-        ] = None,
+        limit: Annotated[int | None, typer.Option(help="Use only the first N utterances.")] = None,
         metric: Annotated[
             str,
             typer.Option(help="wer, cer, or auto (cer for a Chinese/Japanese model, else wer)."),
         ] = "auto",
         realtime: Annotated[
             bool,
-            typer.Option(help="Feed each utterance at live speed and report wall-clock latency "
-                         "too (slow: takes as long as the audio)."),
+            typer.Option(
+                help="Feed each utterance at live speed and report wall-clock latency "
+                "too (slow: takes as long as the audio)."
+            ),
         ] = False,
         streams: Annotated[
             int,
-            typer.Option(help="Also decode N utterances at once in batches and report the "
-                         "aggregate throughput (results must equal one stream's)."),
+            typer.Option(
+                help="Also decode N utterances at once in batches and report the "
+                "aggregate throughput (results must equal one stream's)."
+            ),
         ] = 1,
-        out: Annotated[
-            Path, typer.Option(help="Folder for results.json and results.md.")
-        ] = Path("bench-results"),
+        out: Annotated[Path, typer.Option(help="Folder for results.json and results.md.")] = Path(
+            "bench-results"
+        ),
         baseline: Annotated[
             Path | None,
             typer.Option(help="An earlier results.json to compare against."),
         ] = None,
         fail_on: Annotated[
             str | None,
-            typer.Option(help="Exit 1 when a metric regresses past a bound against --baseline, "
-                         "e.g. 'wer+0.5,first_token_p90+50ms,throughput-10%'."),
+            typer.Option(
+                help="Exit 1 when a metric regresses past a bound against --baseline, "
+                "e.g. 'wer+0.5,first_token_p90+50ms,throughput-10%'."
+            ),
         ] = None,
         plot: Annotated[
             Path | None,
-            typer.Option(help="Draw error rate against first-token latency to this PNG "
-                         "(needs matplotlib: pip install 'streamasr[plot]')."),
+            typer.Option(
+                help="Draw error rate against first-token latency to this PNG "
+                "(needs matplotlib: pip install 'streamasr[plot]')."
+            ),
         ] = None,
         fp32: Fp32Opt = False,
         threads: ThreadsOpt = 2,
@@ -131,9 +137,7 @@ def _bench(args: dict[str, Any]) -> bool:
     if args["streams"] < 1:
         raise UsageError(f"--streams must be at least 1, got {args['streams']}")
     if args["realtime"] and args["streams"] > 1:
-        raise UsageError(
-            "--realtime paces one live stream at a time; use it without --streams"
-        )
+        raise UsageError("--realtime paces one live stream at a time; use it without --streams")
     if args["metric"] not in (*METRICS, "auto"):
         raise UsageError(f"--metric {args['metric']!r}: use wer, cer or auto")
     rules = report.parse_fail_on(args["fail_on"]) if args["fail_on"] else []
@@ -141,8 +145,14 @@ def _bench(args: dict[str, Any]) -> bool:
         raise UsageError("--fail-on needs --baseline PREVIOUS/results.json to compare against")
     baseline = report.load_baseline(args["baseline"]) if args["baseline"] else None
     engine = engine_options(
-        args["threads"], args["decoding_method"], args["hotwords"], args["hotwords_score"],
-        args["endpoint"], args["rule1"], args["rule2"], args["rule3"],
+        args["threads"],
+        args["decoding_method"],
+        args["hotwords"],
+        args["hotwords_score"],
+        args["endpoint"],
+        args["rule1"],
+        args["rule2"],
+        args["rule3"],
     )
     settings = plan_settings(
         args["model"], parse_int_list(args["chunk"], "--chunk"), prefer_int8=not args["fp32"]
@@ -161,23 +171,27 @@ def _bench(args: dict[str, Any]) -> bool:
         metric=metric,
         realtime=args["realtime"],
     )
-    run = report.run_record({
-        "model": settings[0].files.name,
-        "model_dir": str(settings[0].files.directory),
-        "chunks": [s.files.chunk for s in settings],
-        "threads": engine.threads,
-        "decoding_method": engine.decoding_method,
-        "endpoint": {
-            "enabled": engine.endpoint.enabled, "rule1_s": engine.endpoint.rule1_s,
-            "rule2_s": engine.endpoint.rule2_s, "rule3_s": engine.endpoint.rule3_s,
-        },
-        "block_ms": block_ms,
-        "tail_padding_s": tail,
-        "metric": metric,
-        "realtime": args["realtime"],
-        "streams": args["streams"],
-        "limit": args["limit"],
-    })
+    run = report.run_record(
+        {
+            "model": settings[0].files.name,
+            "model_dir": str(settings[0].files.directory),
+            "chunks": [s.files.chunk for s in settings],
+            "threads": engine.threads,
+            "decoding_method": engine.decoding_method,
+            "endpoint": {
+                "enabled": engine.endpoint.enabled,
+                "rule1_s": engine.endpoint.rule1_s,
+                "rule2_s": engine.endpoint.rule2_s,
+                "rule3_s": engine.endpoint.rule3_s,
+            },
+            "block_ms": block_ms,
+            "tail_padding_s": tail,
+            "metric": metric,
+            "realtime": args["realtime"],
+            "streams": args["streams"],
+            "limit": args["limit"],
+        }
+    )
     results = _run_all(settings, engine, data.utterances, options, args["streams"], run_setting)
     doc = report.results_document(run, report.dataset_record(data), results)
     checks = report.compare(baseline, doc, rules) if baseline is not None else []
@@ -225,8 +239,12 @@ def _run_all(
     passes = 2 if streams > 1 else 1
     total = len(utterances) * len(settings) * passes
     columns = (
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
     )
     results = []
     with Progress(
@@ -238,9 +256,7 @@ def _run_all(
             progress.update(task, advance=1, description=f"{name}: {record.id}")
 
         for setting in settings:
-            results.append(
-                run_setting(setting, engine, utterances, options, streams, on_done)
-            )
+            results.append(run_setting(setting, engine, utterances, options, streams, on_done))
     return results
 
 
