@@ -471,3 +471,44 @@ def test_load_sounddevice_maps_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "sounddevice", None)  # import raises ImportError
     with pytest.raises(DependencyError, match="pip install sounddevice"):
         mic.load_sounddevice()
+
+
+class SlowStream:
+    """A real engine stream whose decoding takes twice as long as the audio it gets."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def accept(self, sample_rate: int, samples: np.ndarray) -> None:
+        time.sleep(2 * len(samples) / sample_rate)
+        self.inner.accept(sample_rate, samples)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+class SlowRecognizer:
+    def __init__(self, inner: SherpaRecognizer) -> None:
+        self.inner = inner
+        self.description = inner.description
+        self.chunk_s = inner.chunk_s
+
+    def create_stream(self) -> SlowStream:
+        return SlowStream(self.inner.create_stream())
+
+
+def test_decoding_slower_than_real_time_is_reported_with_the_backlog(
+    recognizer: SherpaRecognizer,
+    speech_48k_stereo: np.ndarray,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    slow = SlowRecognizer(recognizer)
+    source, output, writer, shown = live(slow, speech_48k_stereo, tmp_path, realtime=True)
+    summary = run_capture(source, slow, StreamOptions(), output, writer, 2.0)  # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    assert "decoding is behind real time" in err
+    backlog = float(err.split("decoding is behind real time: ")[1].split(" s")[0])
+    assert backlog >= 1.0
+    assert summary is not None and summary.audio_s == pytest.approx(2.0)
+    assert "max backlog" in err
