@@ -46,7 +46,9 @@ class OnsetDetector:
         """Consume audio; sets `onset_s` once speech is confirmed."""
         data = np.concatenate([self._pending, samples]) if len(self._pending) else samples
         whole = len(data) // self._frame
-        if whole:
+        if whole and self.onset_s is not None:  # found: only count frames until a rearm
+            self._frames_seen += whole
+        elif whole:
             frames = data[: whole * self._frame].reshape(whole, self._frame)
             rms = np.sqrt(np.mean(np.square(frames, dtype=np.float64), axis=1))
             level = 20 * np.log10(np.maximum(rms, 1e-10))

@@ -132,13 +132,13 @@ class StreamSession:
     def _decode_ready(self) -> list[Event]:
         events: list[Event] = []
         while self._stream.decode_step():
-            hyp = self._stream.hypothesis()
-            if hyp.text != self._shown:
-                events.extend(self._partial(hyp))
+            text = self._stream.text()
+            if text != self._shown:
+                events.extend(self._partial(self._stream.hypothesis()))
             if self._stream.is_endpoint():
-                if hyp.text:
+                if text:
                     events.append(self._event(Endpoint))
-                    events.append(self._final(hyp))
+                    events.append(self._final(self._stream.hypothesis()))
                 self._stream.reset()
         return events
 

@@ -157,6 +157,10 @@ class SherpaStream:
         self.engine.decode_stream(self.stream)
         return True
 
+    def text(self) -> str:
+        """Current text of the open segment."""
+        return self.engine.get_result(self.stream).strip()
+
     def hypothesis(self) -> Hypothesis:
         """Current text, tokens and absolute token times."""
         result = self.engine.get_result_all(self.stream)
@@ -164,7 +168,7 @@ class SherpaStream:
         return Hypothesis(
             text=result.text.strip(),
             tokens=tuple(result.tokens),
-            token_times_s=tuple(round(start + float(t), 3) for t in result.timestamps),
+            token_times_s=tuple(np.round(np.add(result.timestamps, start), 3).tolist()),
             segment_start_s=start,
         )
 
