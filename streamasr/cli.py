@@ -5,8 +5,10 @@ from __future__ import annotations
 import typer
 
 from streamasr import __version__
+from streamasr.commands import bench as bench_commands
 from streamasr.commands import file as file_commands
 from streamasr.commands import latency as latency_commands
+from streamasr.commands import mic as mic_commands
 
 app = typer.Typer(
     name="streamasr",
@@ -33,6 +35,8 @@ def _root(
 
 
 file_commands.register(app)
+mic_commands.register(app)
+bench_commands.register(app)
 latency_commands.register(app)
 
 
