@@ -116,7 +116,7 @@ def scripted_events() -> list:
             wall_latency_s=0.53,
         ),
         Partial(seq=3, audio_s=0.80, wall_s=0.83, segment=0, text="HI"),
-        Partial(seq=4, audio_s=1.12, wall_s=1.16, segment=0, text="HI THERE"),
+        Partial(seq=4, audio_s=1.76, wall_s=1.80, segment=0, text="HI THERE"),
         Endpoint(seq=5, audio_s=2.40, wall_s=2.45, segment=0),
         Final(seq=6, audio_s=2.40, wall_s=2.45, segment=0, text="HI THERE", start_s=0.5, end_s=1.4),
         FirstToken(
@@ -136,12 +136,14 @@ def scripted_events() -> list:
 
 def test_latencies_from_dataset_span() -> None:
     # onset 0.25 s from the dataset: first text at 0.80 s of audio (0.83 s wall)
-    # speech end 3.30 s: the last final at 3.50 s of audio (3.71 s wall)
-    found = timing(scripted_events(), onset_s=0.25, end_s=3.30)
+    # speech end 2.90 s: the last final at 3.50 s of audio (3.71 s wall); its text "YOU" was
+    # shown whole at 3.04 s
+    found = timing(scripted_events(), onset_s=0.25, end_s=2.90)
     assert found.first_token_ms == pytest.approx(550.0)
     assert found.first_token_wall_ms == pytest.approx(580.0)
-    assert found.final_ms == pytest.approx(200.0)
-    assert found.final_wall_ms == pytest.approx(410.0)
+    assert found.final_ms == pytest.approx(600.0)
+    assert found.final_wall_ms == pytest.approx(810.0)
+    assert found.complete_ms == pytest.approx(140.0)
     assert found.final_cause == "end_of_input"
 
 
@@ -149,7 +151,8 @@ def test_final_at_an_endpoint_is_labelled() -> None:
     events = scripted_events()[:6]
     found = timing(events, onset_s=0.3, end_s=1.5)
     assert found.final_cause == "endpoint"
-    assert found.final_ms == pytest.approx(900.0)
+    assert found.final_ms == pytest.approx(900.0)  # the endpoint rule waited for silence
+    assert found.complete_ms == pytest.approx(260.0)  # "HI THERE" was whole at 1.76 s
     assert found.first_token_ms == pytest.approx(500.0)
 
 

@@ -12,7 +12,9 @@ Everything here is pure arithmetic on texts and events, so it can be checked by 
 - First-token latency = audio time when the first non-empty partial appeared minus the speech
   onset; end-of-speech-to-final latency = audio time of the last final minus the speech end.
   The wall-clock forms use the events' wall time instead; they mean what a user waits only
-  under real-time pacing (`--realtime`).
+  under real-time pacing (`--realtime`). Text-complete latency = audio time when the last
+  final's text was first shown whole (as a partial) minus the speech end: the model's own
+  delay on the last word, without the endpoint rule's wait.
 - A revision is a partial that does not extend what was shown before in the same segment;
   the words it changed are the shown words after the longest common word prefix.
 """
@@ -130,6 +132,7 @@ class Timing:
     final_ms: float | None = None
     final_wall_ms: float | None = None
     final_cause: str = "none"  # "endpoint", "end_of_input" or "none" (no text)
+    complete_ms: float | None = None  # speech end -> the last segment's text fully shown
 
 
 def timing(events: Sequence[Event], onset_s: float | None, end_s: float | None) -> Timing:
@@ -138,7 +141,7 @@ def timing(events: Sequence[Event], onset_s: float | None, end_s: float | None) 
     if first is None:
         first = next((e for e in events if isinstance(e, Partial) and e.text), None)
     finals = [(i, e) for i, e in enumerate(events) if isinstance(e, Final)]
-    first_ms = first_wall_ms = final_ms = final_wall_ms = None
+    first_ms = first_wall_ms = final_ms = final_wall_ms = complete_ms = None
     cause = "none"
     if first is not None and onset_s is not None:
         first_ms = _ms(first.audio_s - onset_s)
@@ -147,10 +150,19 @@ def timing(events: Sequence[Event], onset_s: float | None, end_s: float | None) 
         index, last = finals[-1]
         before = events[index - 1] if index > 0 else None
         cause = "endpoint" if isinstance(before, Endpoint) else "end_of_input"
+        shown = next(
+            (
+                e
+                for e in events[:index]
+                if isinstance(e, Partial) and e.segment == last.segment and e.text == last.text
+            ),
+            last,
+        )
         if end_s is not None:
             final_ms = _ms(last.audio_s - end_s)
             final_wall_ms = _ms(last.wall_s - end_s)
-    return Timing(first_ms, first_wall_ms, final_ms, final_wall_ms, cause)
+            complete_ms = _ms(shown.audio_s - end_s)
+    return Timing(first_ms, first_wall_ms, final_ms, final_wall_ms, cause, complete_ms)
 
 
 def _ms(seconds: float) -> float:

@@ -75,6 +75,7 @@ def summarize(
         "first_token_wall_ms": percentiles(values("first_token_wall_ms")),
         "final_ms": percentiles(values("final_ms")),
         "final_wall_ms": percentiles(values("final_wall_ms")),
+        "complete_ms": percentiles(values("complete_ms")),
         "final_causes": causes,
         "revisions_per_utt": round(sum(revisions) / len(revisions), 3) if revisions else None,
         "revised_words_per_revision": round(sum(revised) / len(revised), 3) if revised else None,
@@ -175,49 +176,58 @@ def write_results(out: Path, doc: dict[str, Any], comparison: Sequence[Check] = 
 # ---- the table: the same columns on the terminal and in results.md ----------------------
 
 
-def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the summary table, one row per setting."""
+def table_rows(doc: dict[str, Any], compact: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the summary table, one row per setting.
+
+    `compact` (the terminal) leaves out S/D/I and revisions, which results.md keeps, so the
+    table fits 80 columns.
+    """
     metric = doc["run"].get("metric", "wer").upper()
     realtime = bool(doc["run"].get("realtime"))
     streams = doc["run"].get("streams", 1)
-    header = [
-        "setting",
-        "utts",
-        f"{metric}%",
-        "S/D/I",
-        "first token ms p50/p90",
-        "final ms p50",
-        "rev/utt",
-        "RTF",
-        "x real time",
+    columns: list[tuple[str, Any]] = [
+        ("setting", lambda st, s: st["name"]),
+        (
+            "utts",
+            lambda st, s: (
+                f"{s['utterances']}" + (f" ({s['failed']} failed)" if s["failed"] else "")
+            ),
+        ),
+        (f"{metric}\n%", lambda st, s: _fmt(s["error_rate_pct"], 2)),
+        ("S/D/I", lambda st, s: f"{s['substitutions']}/{s['deletions']}/{s['insertions']}"),
+        ("first\ntoken ms\np50/p90", lambda st, s: _pair(s["first_token_ms"])),
     ]
     if realtime:
-        header.insert(5, "wall first token ms p50/p90")
+        columns.append(
+            ("wall first\ntoken ms\np50/p90", lambda st, s: _pair(s["first_token_wall_ms"]))
+        )
+    columns += [
+        ("final ms\np50", lambda st, s: _fmt(s["final_ms"].get("p50"), 0)),
+        ("text complete\nms p50", lambda st, s: _fmt(s.get("complete_ms", {}).get("p50"), 0)),
+    ]
+    if realtime:
+        columns.append(("wall final\nms p50", lambda st, s: _fmt(s["final_wall_ms"].get("p50"), 0)))
+    columns += [
+        ("rev/\nutt", lambda st, s: _fmt(s["revisions_per_utt"], 2)),
+        ("RTF", lambda st, s: _fmt(s["rtf"], 3)),
+        ("x real\ntime", lambda st, s: _fmt(s["throughput_x"], 1)),
+    ]
     if streams > 1:
-        header.append(f"x real time, {streams} streams")
-    rows = []
-    for setting in doc["settings"]:
-        s = setting["summary"]
-        failed = f" ({s['failed']} failed)" if s["failed"] else ""
-        row = [
-            setting["name"],
-            f"{s['utterances']}{failed}",
-            _fmt(s["error_rate_pct"], 2),
-            f"{s['substitutions']}/{s['deletions']}/{s['insertions']}",
-            _pair(s["first_token_ms"]),
-            _fmt(s["final_ms"].get("p50"), 0),
-            _fmt(s["revisions_per_utt"], 2),
-            _fmt(s["rtf"], 3),
-            _fmt(s["throughput_x"], 1),
-        ]
-        if realtime:
-            row.insert(5, _pair(s["first_token_wall_ms"]))
-        if streams > 1:
-            info = s.get("streams") or {}
-            same = "" if info.get("identical", True) else " (differs!)"
-            row.append(f"{_fmt(info.get('throughput_x'), 1)}{same}")
-        rows.append(row)
+        columns.append((f"x real time\n{streams} streams", lambda st, s: _streams_cell(s)))
+    if compact:
+        columns = [c for c in columns if c[0] not in _NOT_COMPACT]
+    header = [name for name, _ in columns]
+    rows = [[cell(st, st["summary"]) for _, cell in columns] for st in doc["settings"]]
     return header, rows
+
+
+_NOT_COMPACT = ("S/D/I", "rev/\nutt", "wall final\nms p50", "text complete\nms p50")
+
+
+def _streams_cell(summary: dict[str, Any]) -> str:
+    info = summary.get("streams") or {}
+    same = "" if info.get("identical", True) else " (differs!)"
+    return f"{_fmt(info.get('throughput_x'), 1)}{same}"
 
 
 def _fmt(value: float | None, digits: int) -> str:
@@ -227,20 +237,22 @@ def _fmt(value: float | None, digits: int) -> str:
 def _pair(stats: dict[str, float]) -> str:
     if not stats:
         return "-"
-    return f"{stats['p50']:.0f} / {stats['p90']:.0f}"
+    return f"{stats['p50']:.0f}/{stats['p90']:.0f}"
 
 
 def rich_table(doc: dict[str, Any]) -> Any:
     """The summary as a Rich Table (the command prints it)."""
     from rich.table import Table
 
-    header, rows = table_rows(doc)
-    table = Table(title=f"streamasr bench: {doc['dataset']['path']}", title_justify="left")
+    header, rows = table_rows(doc, compact=True)
+    table = Table(
+        title=f"streamasr bench: {doc['dataset']['path']}",
+        title_justify="left",
+        caption="latencies: ms of audio time (wall: wall clock) from speech onset/end",
+        caption_justify="left",
+    )
     for index, name in enumerate(header):
-        if index == 0:
-            table.add_column(name, justify="left", no_wrap=True)
-        else:
-            table.add_column(name, justify="right")
+        table.add_column(name, justify="left" if index == 0 else "right")
     for row in rows:
         table.add_row(*row)
     return table
@@ -256,7 +268,7 @@ def markdown(doc: dict[str, Any], comparison: Sequence[Check] = ()) -> str:
         f"Dataset: `{data['path']}` ({data['format']}, {data['utterances']} utterances read, "
         f"{len(data['bad_rows'])} bad rows skipped, {len(data['missing_audio'])} missing audio)",
         "",
-        "| " + " | ".join(header) + " |",
+        "| " + " | ".join(h.replace("/\n", "/").replace("\n", " ") for h in header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
         *("| " + " | ".join(row) + " |" for row in rows),
         "",
@@ -306,7 +318,7 @@ _METRIC_PATHS: dict[str, tuple[str, ...]] = {
     "streams_throughput": ("streams", "throughput_x"),
     "revisions": ("revisions_per_utt",),
 }
-for _name in ("first_token", "first_token_wall", "final", "final_wall"):
+for _name in ("first_token", "first_token_wall", "final", "final_wall", "complete"):
     for _p in ("p50", "p90", "p99"):
         _METRIC_PATHS[f"{_name}_{_p}"] = (f"{_name}_ms", _p)
 _LATENCY = {name for name, path in _METRIC_PATHS.items() if path[0].endswith("_ms")}

@@ -83,6 +83,7 @@ class UtteranceRecord:
             "first_token_ms": self.timing.first_token_ms,
             "final_ms": self.timing.final_ms,
             "final_cause": self.timing.final_cause,
+            "complete_ms": self.timing.complete_ms,
             "stability": self.stability,
             "error": self.error,
         }

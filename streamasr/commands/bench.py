@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(
                 help="Draw error rate against first-token latency to this PNG "
-                "(needs matplotlib: pip install 'streamasr[plot]')."
+                "(needs matplotlib: pip install 'streamasr\\[plot]')."
             ),
         ] = None,
         fp32: Fp32Opt = False,
