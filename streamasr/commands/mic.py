@@ -45,7 +45,7 @@ from streamasr.mic import (
     select_device,
 )
 from streamasr.onset import OnsetOptions
-from streamasr.render import JsonlRenderer, Renderer
+from streamasr.render import JsonlRenderer, LiveRenderer, Renderer
 from streamasr.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
@@ -105,6 +105,8 @@ class SessionOutput:
 
     def __init__(self, renderer: Renderer, log_file: IO[str] | None) -> None:
         self.renderer = renderer
+        # the live view would print its own audio-time first-token line beside ours
+        self._forward_first_tokens = not isinstance(renderer, LiveRenderer)
         self.log_file = log_file
         self.jsonl = JsonlRenderer(log_file) if log_file is not None else None
         self.first_tokens: list[FirstToken] = []
@@ -115,16 +117,16 @@ class SessionOutput:
             self.jsonl.begin(source)
 
     def event(self, event: Event) -> None:
-        self.renderer.event(event)
+        if self._forward_first_tokens or not isinstance(event, FirstToken):
+            self.renderer.event(event)
         if self.jsonl is not None:
             self.jsonl.event(event)
         if isinstance(event, FirstToken):
             self.first_tokens.append(event)
-            err_console.print(
+            _say(
                 f"[dim]utterance {event.segment + 1}: first token "
                 f"{event.wall_latency_s * 1000:.0f} ms after speech onset at {event.onset_s:.2f} s "
-                f"(wall clock; {event.latency_s * 1000:.0f} ms of audio)[/dim]",
-                highlight=False,
+                f"(wall clock; {event.latency_s * 1000:.0f} ms of audio)[/dim]"
             )
 
     def end(self, summary: StreamSummary) -> None:
@@ -135,6 +137,11 @@ class SessionOutput:
     def close(self) -> None:
         if self.log_file is not None and not self.log_file.closed:
             self.log_file.close()
+
+
+def _say(message: str) -> None:
+    """A message on stderr, left for the terminal to wrap (numbers are never split)."""
+    err_console.print(message, highlight=False, soft_wrap=True)
 
 
 def first_token_p50_ms(first_tokens: list[FirstToken]) -> float | None:
@@ -199,10 +206,7 @@ def run_capture(
                     if source.channel
                     else f"{source.channels} channel(s) averaged"
                 )
-                err_console.print(
-                    f"listening: {name}, {source.sample_rate} Hz, {mix}; Ctrl-C to stop",
-                    highlight=False,
-                )
+                _say(f"listening: {name}, {source.sample_rate} Hz, {mix}; Ctrl-C to stop")
             if writer is not None:
                 writer.write(samples)
             fed += len(samples)
@@ -213,17 +217,15 @@ def run_capture(
             backlog = source.backlog_s
             if backlog >= BACKLOG_WARN_S and now - last_warn["backlog"] >= WARN_EVERY_S:
                 last_warn["backlog"] = now
-                err_console.print(
+                _say(
                     f"[yellow]decoding is behind real time: {backlog:.1f} s of captured audio "
-                    "waiting[/yellow]",
-                    highlight=False,
+                    "waiting[/yellow]"
                 )
             if stats.dropped_blocks > seen_dropped:
                 seen_dropped = stats.dropped_blocks
-                err_console.print(
+                _say(
                     f"[red]dropped {stats.dropped_s:.1f} s of audio in total: the backlog "
-                    "reached --max-backlog[/red]",
-                    highlight=False,
+                    "reached --max-backlog[/red]"
                 )
             if (
                 stats.input_overflows > seen_overflows
@@ -231,10 +233,9 @@ def run_capture(
             ):
                 seen_overflows = stats.input_overflows
                 last_warn["overflow"] = now
-                err_console.print(
+                _say(
                     f"[yellow]PortAudio reported {seen_overflows} input overflow(s): audio was "
-                    "lost before it reached streamasr[/yellow]",
-                    highlight=False,
+                    "lost before it reached streamasr[/yellow]"
                 )
             if limit is not None and fed >= limit:
                 break
@@ -261,27 +262,23 @@ def _report_end(
 ) -> None:
     stats = source.stats()
     if summary is None:
-        err_console.print("no audio was captured", highlight=False)
+        _say("no audio was captured")
         return
     p50 = first_token_p50_ms(output.first_tokens)
     if p50 is None:
-        err_console.print("first token: no utterance produced text", highlight=False)
+        _say("first token: no utterance produced text")
     else:
-        err_console.print(
+        _say(
             f"first token p50 {p50:.0f} ms after speech onset (wall clock) over "
-            f"{len(output.first_tokens)} utterance(s)",
-            highlight=False,
+            f"{len(output.first_tokens)} utterance(s)"
         )
-    err_console.print(
+    _say(
         f"capture: {stats.captured_s:.2f} s in {stats.blocks} blocks, "
         f"{stats.input_overflows} input overflows, {stats.input_underflows} underflows, "
-        f"{stats.dropped_s:.2f} s dropped, max backlog {stats.max_backlog_s:.2f} s",
-        highlight=False,
+        f"{stats.dropped_s:.2f} s dropped, max backlog {stats.max_backlog_s:.2f} s"
     )
     if writer is not None:
-        err_console.print(
-            f"saved {writer.frames / source.sample_rate:.2f} s to {writer.path}", highlight=False
-        )
+        _say(f"saved {writer.frames / source.sample_rate:.2f} s to {writer.path}")
 
 
 def format_devices(devices: list[DeviceInfo]) -> str:
@@ -389,7 +386,7 @@ def register(app: typer.Typer) -> None:
                 report_error(exc)
                 raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
-            err_console.print("[yellow]interrupted; flushed what was recognised[/yellow]")
+            _say("[yellow]interrupted; flushed what was recognised[/yellow]")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             if writer is not None:
