@@ -13,6 +13,7 @@ import pytest
 from streamasr.bench.metrics import (
     ErrorCounts,
     language_metric,
+    model_metric,
     normalize_text,
     percentiles,
     score,
@@ -87,6 +88,19 @@ def test_language_metric_from_tokens(tmp_path: Path) -> None:
     en.write_text("<blk> 0\n▁THE 1\nS 2\n▁A 3\n", encoding="utf-8")
     assert language_metric(str(zh)) == "cer"
     assert language_metric(str(en)) == "wer"
+
+
+def test_known_release_is_judged_by_its_catalog_language(tmp_path: Path) -> None:
+    pytest.importorskip("streamasr.catalog")
+    zh = tmp_path / "zh.txt"
+    zh.write_text("<blk> 0\n今 1\n天 2\n", encoding="utf-8")
+    en = tmp_path / "en.txt"
+    en.write_text("<blk> 0\n▁THE 1\nS 2\n", encoding="utf-8")
+    assert (
+        model_metric("sherpa-onnx-streaming-zipformer-bilingual-zh-en-2023-02-20", str(en)) == "cer"
+    )
+    assert model_metric("sherpa-onnx-streaming-zipformer-en-2023-06-26", str(zh)) == "wer"
+    assert model_metric("my-own-model", str(zh)) == "cer"
 
 
 # ---- percentiles --------------------------------------------------------------------------

@@ -200,6 +200,20 @@ def stability(events: Sequence[Event]) -> Stability:
     return Stability(len(changed), tuple(changed))
 
 
+def model_metric(model_name: str, tokens_file: str) -> str:
+    """WER or CER by the model's language: the catalog's entry if the model is a known
+    release (Chinese, or Chinese+English -> cer), else what its tokens look like."""
+    try:
+        from streamasr.catalog import find
+
+        entry = find(model_name)
+    except ImportError:  # pragma: no cover - catalog is part of the package
+        entry = None
+    if entry is not None:
+        return "cer" if "zh" in entry.language or "ja" in entry.language else "wer"
+    return language_metric(tokens_file)
+
+
 def language_metric(tokens_file: str) -> str:
     """'cer' when most of a model's tokens are CJK characters (a Chinese/Japanese model)."""
     cjk = total = 0

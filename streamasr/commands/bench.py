@@ -122,7 +122,7 @@ def _bench(args: dict[str, Any]) -> bool:
     """Validate everything, run every setting, write and show results; True on regression."""
     from streamasr.bench import report
     from streamasr.bench.datasets import load_dataset
-    from streamasr.bench.metrics import METRICS, language_metric
+    from streamasr.bench.metrics import METRICS, model_metric
     from streamasr.bench.runner import RunOptions
     from streamasr.bench.sweep import parse_int_list, plan_settings, run_setting
     from streamasr.stream import StreamOptions
@@ -165,7 +165,8 @@ def _bench(args: dict[str, Any]) -> bool:
         )
     metric = args["metric"]
     if metric == "auto":
-        metric = language_metric(str(settings[0].files.tokens))
+        files = settings[0].files
+        metric = model_metric(files.name, str(files.tokens))
     options = RunOptions(
         StreamOptions(block_s=block_ms / 1000 if block_ms else None, tail_padding_s=tail),
         metric=metric,
