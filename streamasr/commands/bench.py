@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from streamasr.backends.base import EngineOptions
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
     BlockOpt,
@@ -108,9 +110,35 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Accuracy, latency and speed over a test set; one table row per setting."""
         setup_logging(verbose)
+        request = BenchRequest(
+            dataset=dataset,
+            model=model,
+            chunk=chunk,
+            limit=limit,
+            metric=metric,
+            realtime=realtime,
+            streams=streams,
+            out=out,
+            baseline=baseline,
+            fail_on=fail_on,
+            plot=plot,
+            prefer_int8=not fp32,
+            block_ms=block_ms,
+            tail_padding_s=tail_padding,
+        )
         try:
             with cli_errors():
-                regressed = _bench(locals())
+                engine = engine_options(
+                    threads,
+                    decoding_method,
+                    hotwords,
+                    hotwords_score,
+                    endpoint,
+                    rule1,
+                    rule2,
+                    rule3,
+                )
+                regressed = run_bench(request, engine)
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted; no results written[/yellow]")
             raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -118,92 +146,105 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
-def _bench(args: dict[str, Any]) -> bool:
+@dataclass(frozen=True)
+class BenchRequest:
+    """What `streamasr bench` was asked to do, apart from the engine options."""
+
+    dataset: Path
+    model: str | None = None
+    chunk: str | None = None
+    limit: int | None = None
+    metric: str = "auto"
+    realtime: bool = False
+    streams: int = 1
+    out: Path = Path("bench-results")
+    baseline: Path | None = None
+    fail_on: str | None = None
+    plot: Path | None = None
+    prefer_int8: bool = True
+    block_ms: float | None = None
+    tail_padding_s: float = 0.66
+
+    def check(self) -> None:
+        """Refuse impossible combinations before anything is loaded."""
+        from streamasr.bench.metrics import METRICS
+
+        if self.block_ms is not None and self.block_ms <= 0:
+            raise UsageError(f"--block-ms must be positive, got {self.block_ms}")
+        if self.tail_padding_s < 0:
+            raise UsageError(
+                f"--tail-padding must be zero or more seconds, got {self.tail_padding_s}"
+            )
+        if self.limit is not None and self.limit < 1:
+            raise UsageError(f"--limit must be at least 1, got {self.limit}")
+        if self.streams < 1:
+            raise UsageError(f"--streams must be at least 1, got {self.streams}")
+        if self.realtime and self.streams > 1:
+            raise UsageError("--realtime paces one live stream at a time; use it without --streams")
+        if self.metric not in (*METRICS, "auto"):
+            raise UsageError(f"--metric {self.metric!r}: use wer, cer or auto")
+        if self.fail_on and self.baseline is None:
+            raise UsageError("--fail-on needs --baseline PREVIOUS/results.json to compare against")
+
+
+def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
     """Validate everything, run every setting, write and show results; True on regression."""
     from streamasr.bench import report
     from streamasr.bench.datasets import load_dataset
-    from streamasr.bench.metrics import METRICS, model_metric
+    from streamasr.bench.metrics import model_metric
     from streamasr.bench.runner import RunOptions
     from streamasr.bench.sweep import parse_int_list, plan_settings, run_setting
     from streamasr.stream import StreamOptions
 
-    block_ms, tail = args["block_ms"], args["tail_padding"]
-    if block_ms is not None and block_ms <= 0:
-        raise UsageError(f"--block-ms must be positive, got {block_ms}")
-    if tail < 0:
-        raise UsageError(f"--tail-padding must be zero or more seconds, got {tail}")
-    if args["limit"] is not None and args["limit"] < 1:
-        raise UsageError(f"--limit must be at least 1, got {args['limit']}")
-    if args["streams"] < 1:
-        raise UsageError(f"--streams must be at least 1, got {args['streams']}")
-    if args["realtime"] and args["streams"] > 1:
-        raise UsageError("--realtime paces one live stream at a time; use it without --streams")
-    if args["metric"] not in (*METRICS, "auto"):
-        raise UsageError(f"--metric {args['metric']!r}: use wer, cer or auto")
-    rules = report.parse_fail_on(args["fail_on"]) if args["fail_on"] else []
-    if rules and args["baseline"] is None:
-        raise UsageError("--fail-on needs --baseline PREVIOUS/results.json to compare against")
-    baseline = report.load_baseline(args["baseline"]) if args["baseline"] else None
-    engine = engine_options(
-        args["threads"],
-        args["decoding_method"],
-        args["hotwords"],
-        args["hotwords_score"],
-        args["endpoint"],
-        args["rule1"],
-        args["rule2"],
-        args["rule3"],
-    )
+    request.check()
+    rules = report.parse_fail_on(request.fail_on) if request.fail_on else []
+    baseline = report.load_baseline(request.baseline) if request.baseline else None
     settings = plan_settings(
-        args["model"], parse_int_list(args["chunk"], "--chunk"), prefer_int8=not args["fp32"]
+        request.model, parse_int_list(request.chunk, "--chunk"), request.prefer_int8
     )
-    data = load_dataset(args["dataset"]).limited(args["limit"])
+    data = load_dataset(request.dataset).limited(request.limit)
     if not data.utterances:
         raise DatasetError(
             f"{data.path}: no usable utterances ({len(data.bad_rows)} bad rows, "
             f"{len(data.missing_audio)} with missing audio); see the warnings above"
         )
-    metric = args["metric"]
+    files = settings[0].files
+    metric = request.metric
     if metric == "auto":
-        files = settings[0].files
         metric = model_metric(files.name, str(files.tokens))
+    block_s = request.block_ms / 1000 if request.block_ms else None
     options = RunOptions(
-        StreamOptions(block_s=block_ms / 1000 if block_ms else None, tail_padding_s=tail),
+        StreamOptions(block_s=block_s, tail_padding_s=request.tail_padding_s),
         metric=metric,
-        realtime=args["realtime"],
+        realtime=request.realtime,
     )
     run = report.run_record(
         {
-            "model": settings[0].files.name,
-            "model_dir": str(settings[0].files.directory),
+            "model": files.name,
+            "model_dir": str(files.directory),
             "chunks": [s.files.chunk for s in settings],
             "threads": engine.threads,
             "decoding_method": engine.decoding_method,
-            "endpoint": {
-                "enabled": engine.endpoint.enabled,
-                "rule1_s": engine.endpoint.rule1_s,
-                "rule2_s": engine.endpoint.rule2_s,
-                "rule3_s": engine.endpoint.rule3_s,
-            },
-            "block_ms": block_ms,
-            "tail_padding_s": tail,
+            "endpoint": asdict(engine.endpoint),
+            "block_ms": request.block_ms,
+            "tail_padding_s": request.tail_padding_s,
             "metric": metric,
-            "realtime": args["realtime"],
-            "streams": args["streams"],
-            "limit": args["limit"],
+            "realtime": request.realtime,
+            "streams": request.streams,
+            "limit": request.limit,
         }
     )
-    results = _run_all(settings, engine, data.utterances, options, args["streams"], run_setting)
+    results = _run_all(settings, engine, data.utterances, options, request.streams, run_setting)
     doc = report.results_document(run, report.dataset_record(data), results)
     checks = report.compare(baseline, doc, rules) if baseline is not None else []
-    report.write_results(args["out"], doc, checks)
+    report.write_results(request.out, doc, checks)
     err_console.print(report.rich_table(doc))
-    _print_notes(doc, args["out"])
-    if args["plot"] is not None:
+    _print_notes(doc, request.out)
+    if request.plot is not None:
         from streamasr.bench.plot import plot_tradeoff
 
-        plot_tradeoff(doc, args["plot"])
-        err_console.print(f"plot: {args['plot']}", highlight=False)
+        plot_tradeoff(doc, request.plot)
+        err_console.print(f"plot: {request.plot}", highlight=False)
     if checks:
         err_console.print("[bold]against the baseline[/bold]")
         for line in report.comparison_lines(checks):
