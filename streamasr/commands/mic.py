@@ -151,22 +151,33 @@ def first_token_p50_ms(first_tokens: list[FirstToken]) -> float | None:
     return statistics.median(ev.wall_latency_s for ev in first_tokens) * 1000
 
 
-class _CaptureClock:
-    """perf_counter, except that its first reading is a given instant.
+class CaptureClock:
+    """Wall clock of a live session, zero at the capture of its first sample.
 
-    StreamSession takes its first clock reading as wall time zero; handing it the moment the
-    first captured sample entered the device makes wall_s and audio_s share an origin, so
-    wall-clock first-token latency (wall_s - onset_s) is what the speaker waited.
+    No block can arrive before its last sample was captured, so that instant is at most
+    `arrived - audio_end` for every block; the clock keeps the smallest such bound seen.
+    Moving zero earlier only makes later readings larger, so timestamps still only increase,
+    and no event is ever stamped earlier than the audio it is about. StreamSession takes
+    its first reading as zero.
     """
 
-    def __init__(self, first_reading: float) -> None:
-        self._first: float | None = first_reading
+    def __init__(self, first_arrived_s: float, first_block_s: float) -> None:
+        self._origin = first_arrived_s - first_block_s
+        self._shift = 0.0
+        self._first = True
+
+    def observe(self, arrived_s: float, audio_end_s: float) -> None:
+        """A block ending at `audio_end_s` (audio time) arrived at `arrived_s`."""
+        bound = arrived_s - audio_end_s
+        if bound < self._origin:
+            self._shift += self._origin - bound
+            self._origin = bound
 
     def __call__(self) -> float:
-        if self._first is not None:
-            first, self._first = self._first, None
-            return first
-        return time.perf_counter()
+        if self._first:
+            self._first = False
+            return self._origin
+        return time.perf_counter() + self._shift
 
 
 def run_capture(
@@ -184,7 +195,8 @@ def run_capture(
     """
     session: StreamSession | None = None
     limit = round(duration_s * source.sample_rate) if duration_s is not None else None
-    fed = 0
+    fed = captured = 0
+    clock: CaptureClock | None = None
     last_warn = {"backlog": 0.0, "overflow": 0.0}
     seen_overflows = 0
     seen_dropped = 0
@@ -195,11 +207,10 @@ def run_capture(
             samples = block.samples
             if limit is not None:
                 samples = samples[: limit - fed]
+            captured += len(block.samples)
             if session is None:
-                first_sample_s = block.arrived_s - len(block.samples) / source.sample_rate
-                session = StreamSession(
-                    recognizer, source.sample_rate, name, options, _CaptureClock(first_sample_s)
-                )
+                clock = CaptureClock(block.arrived_s, len(block.samples) / source.sample_rate)
+                session = StreamSession(recognizer, source.sample_rate, name, options, clock)
                 output.begin(name)
                 mix = (
                     f"channel {source.channel}"
@@ -207,6 +218,7 @@ def run_capture(
                     else f"{source.channels} channel(s) averaged"
                 )
                 _say(f"listening: {name}, {source.sample_rate} Hz, {mix}; Ctrl-C to stop")
+            clock.observe(block.arrived_s, captured / source.sample_rate)
             if writer is not None:
                 writer.write(samples)
             fed += len(samples)
