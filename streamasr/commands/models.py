@@ -1,0 +1,235 @@
+"""`streamasr models list|pull|verify|path`: the model catalog and the local cache."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from streamasr import store
+from streamasr.catalog import CATALOG, find
+from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup_logging
+from streamasr.errors import UsageError
+
+models_app = typer.Typer(
+    name="models",
+    help="Released models: list them, pull them into the cache (checksummed, resumable), "
+    "verify them, print their folder.",
+    no_args_is_help=True,
+)
+
+NameArg = Annotated[str, typer.Argument(help="Alias (e.g. en-20M) or full release name.")]
+LIST_FORMATS = ("table", "json")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `models` command group to the main app."""
+    app.add_typer(models_app, name="models")
+
+
+@models_app.command("list")
+def list_models(
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="table (for reading) or json (for scripts).")
+    ] = "table",
+    verbose: VerboseOpt = False,
+) -> None:
+    """Known released models, and whether each is in the cache."""
+    setup_logging(verbose)
+    with cli_errors():
+        if fmt not in LIST_FORMATS:
+            raise UsageError(f"--format {fmt!r} is not known; use one of: table, json")
+        cache = store.cache_dir()
+        rows = []
+        for entry in CATALOG:
+            directory = store.find_cached(entry.name, cache)
+            rows.append({
+                "name": entry.name,
+                "aliases": list(entry.aliases),
+                "language": entry.language,
+                "kind": entry.kind,
+                "chunks": list(entry.chunks),
+                "size_mb": entry.size_mb,
+                "size_exact": entry.archive_bytes is not None,
+                "archive_sha256": entry.archive_sha256,
+                "installed": store.describe_entry_state(entry, cache),
+                "directory": str(directory) if directory else None,
+                "description": entry.description,
+            })
+        known = {entry.name for entry in CATALOG}
+        custom = [m for m in store.installed_models(cache) if m.name not in known]
+        for model in custom:
+            rows.append({
+                "name": model.name, "aliases": [], "language": "?", "kind": "?", "chunks": [],
+                "size_mb": None, "size_exact": False, "archive_sha256": None,
+                "installed": "yes" if model.has_manifest else "yes (no manifest)",
+                "directory": str(model.directory), "description": "pulled with --url/--archive",
+            })
+        if fmt == "json":
+            typer.echo(json.dumps({"cache": str(cache), "models": rows}, indent=2))
+            return
+        _print_table(rows, cache)
+
+
+def _print_table(rows: list[dict[str, object]], cache: Path) -> None:
+    table = Table(title=f"models (cache: {cache})", title_justify="left")
+    for column in ("name", "aliases", "language", "kind", "chunk", "size", "installed"):
+        table.add_column(column, justify="right" if column == "size" else "left")
+    for row in rows:
+        entry = find(str(row["name"]))
+        size = entry.size_label if entry else "-"
+        chunks = ", ".join(str(c) for c in row["chunks"]) or "-"  # type: ignore[attr-defined]
+        installed = str(row["installed"])
+        style = "green" if installed.startswith("yes") else "dim"
+        table.add_row(
+            str(row["name"]), ", ".join(row["aliases"]) or "-",  # type: ignore[arg-type]
+            str(row["language"]), str(row["kind"]), chunks, size,
+            f"[{style}]{installed}[/{style}]",
+        )
+    Console(soft_wrap=False).print(table)
+    err_console.print(
+        "chunk: exported chunk size in 50 Hz frames (16 = 320 ms). Sizes with ~ are estimates. "
+        "Pull one with `streamasr models pull ALIAS`.",
+        highlight=False,
+    )
+
+
+@contextmanager
+def _progress_bar(label: str) -> Iterator[store.ProgressFn]:
+    """A Rich download bar on stderr, handed to the store as a plain callback."""
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=not err_console.is_terminal,
+        disable=not err_console.is_terminal,
+    )
+    task: TaskID = progress.add_task(label, total=None)
+
+    def update(done: int, total: int | None) -> None:
+        progress.update(task, completed=done, total=total)
+
+    with progress:
+        yield update
+
+
+@models_app.command("pull")
+def pull(
+    name: NameArg,
+    url: Annotated[
+        str | None, typer.Option(help="Download from this address instead (a mirror).")
+    ] = None,
+    archive: Annotated[
+        Path | None,
+        typer.Option(help="Install from a .tar.bz2 you already have (no network needed)."),
+    ] = None,
+    sha256: Annotated[
+        str | None,
+        typer.Option("--sha256", help="Expected archive sha256 (overrides the catalog's)."),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Reinstall even if the model is present.")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Download a model into the cache: resumable, checksummed, unpacked safely.
+
+    Prints the model folder on stdout, so `dir=$(streamasr models pull en)` works.
+    """
+    setup_logging(verbose)
+    with cli_errors():
+        with _progress_bar(name) as progress:
+            result = store.pull(
+                name, url=url, archive=archive, sha256=sha256, force=force, progress=progress
+            )
+        if result.already_installed:
+            err_console.print(
+                f"{result.name} is already installed; `streamasr models verify {name}` checks "
+                "it, --force reinstalls it",
+                highlight=False,
+            )
+        else:
+            _report_pull(result, name)
+        typer.echo(str(result.directory))
+
+
+def _report_pull(result: store.PullResult, name: str) -> None:
+    if result.resumed_from_bytes:
+        err_console.print(
+            f"resumed a partial download at {result.resumed_from_bytes / (1 << 20):.1f} MB",
+            highlight=False,
+        )
+    if result.checksum_source == "catalog":
+        check = f"archive sha256 {result.archive_sha256}: matches the catalog"
+    elif result.checksum_source == "--sha256":
+        check = f"archive sha256 {result.archive_sha256}: matches --sha256"
+    else:
+        check = (
+            "archive checksum: not published in catalog; recorded on first download: "
+            f"{result.archive_sha256}"
+        )
+    err_console.print(
+        f"installed {result.name}: {result.files} files, "
+        f"{result.installed_bytes / (1 << 20):.1f} MB\n{check}\n"
+        f"file checksums recorded in {store.MANIFEST_NAME}; "
+        f"check them with `streamasr models verify {name}`",
+        highlight=False,
+    )
+
+
+@models_app.command("verify")
+def verify(name: NameArg, verbose: VerboseOpt = False) -> None:
+    """Re-hash a pulled model's files against the manifest written when it was pulled.
+
+    Exit status 1 if any file is missing or changed.
+    """
+    setup_logging(verbose)
+    with cli_errors():
+        report = store.verify(name)
+    for rel in report.missing:
+        typer.echo(f"missing  {rel}")
+    for rel in report.changed:
+        typer.echo(f"changed  {rel}")
+    for rel in report.extra:
+        typer.echo(f"extra    {rel} (not in the manifest; ignored)")
+    origin = {
+        "catalog": "matched the catalog",
+        "--sha256": "matched --sha256",
+    }.get(report.archive_checksum, "not published in catalog; recorded on first download")
+    err_console.print(
+        f"archive sha256 {report.archive_sha256} ({origin})", highlight=False
+    )
+    if report.ok:
+        typer.echo(f"ok: {report.checked} files of {report.name} match the manifest")
+        return
+    bad = len(report.missing) + len(report.changed)
+    typer.echo(
+        f"FAILED: {bad} of {report.checked} files of {report.name} are missing or changed; "
+        f"run `streamasr models pull {name} --force` to reinstall",
+        file=sys.stdout,
+    )
+    raise typer.Exit(1)
+
+
+@models_app.command("path")
+def path(name: NameArg) -> None:
+    """Print a pulled model's folder (for scripts); exit 1 if it is not pulled."""
+    with cli_errors():
+        typer.echo(str(store.require_cached(name)))
