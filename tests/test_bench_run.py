@@ -330,4 +330,4 @@ def test_trained_model_recognises_synthetic_speech(data: Path, tmp_path: Path) -
     result = invoke(str(data / "librispeech"), "--model", "tiny-en", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "results.json").read_text())["settings"][0]["summary"]
-    assert summary["error_rate_pct"] < 60.0
+    assert summary["error_rate_pct"] < 70.0  # a loose bound: 3 utterances, a tiny model
