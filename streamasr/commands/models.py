@@ -88,9 +88,13 @@ def list_models(
 
 
 def _print_table(rows: list[dict[str, object]], cache: Path) -> None:
-    table = Table(title=f"models (cache: {cache})", title_justify="left")
-    for column in ("name", "aliases", "language", "kind", "chunk", "size", "installed"):
-        table.add_column(column, justify="right" if column == "size" else "left")
+    table = Table()
+    for column in ("alias", "language", "kind", "chunk", "size", "installed", "release name"):
+        table.add_column(
+            column,
+            justify="right" if column == "size" else "left",
+            no_wrap=column != "release name",
+        )
     for row in rows:
         entry = find(str(row["name"]))
         size = entry.size_label if entry else "-"
@@ -98,14 +102,17 @@ def _print_table(rows: list[dict[str, object]], cache: Path) -> None:
         installed = str(row["installed"])
         style = "green" if installed.startswith("yes") else "dim"
         table.add_row(
-            str(row["name"]), ", ".join(row["aliases"]) or "-",  # type: ignore[arg-type]
+            ", ".join(row["aliases"]) or "-",  # type: ignore[arg-type]
             str(row["language"]), str(row["kind"]), chunks, size,
-            f"[{style}]{installed}[/{style}]",
+            f"[{style}]{installed}[/{style}]", str(row["name"]),
         )
-    Console(soft_wrap=False).print(table)
+    console = Console()
+    if not console.is_terminal:  # piped: one row per line, for grep
+        console = Console(width=160)
+    console.print(table)
     err_console.print(
-        "chunk: exported chunk size in 50 Hz frames (16 = 320 ms). Sizes with ~ are estimates. "
-        "Pull one with `streamasr models pull ALIAS`.",
+        f"cache: {cache}\nchunk: exported chunk size in 50 Hz frames (16 = 320 ms). "
+        "Sizes with ~ are estimates. Pull one with `streamasr models pull ALIAS`.",
         highlight=False,
     )
 
