@@ -133,11 +133,19 @@ def make_renderer(fmt: str, realtime: bool) -> Renderer:
     return TextRenderer(sys.stdout, err_console, realtime)
 
 
+class _CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is now (test runners and redirections swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def setup_logging(verbose: bool) -> None:
     """Library logs go to stderr; warnings always, details with --verbose."""
     logger = logging.getLogger("streamasr")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _CurrentStderrHandler) for h in logger.handlers):
+        handler = _CurrentStderrHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
