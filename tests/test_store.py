@@ -13,6 +13,7 @@ import re
 import socket
 import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,8 @@ class ServerState:
     drop_after: int | None = None  # first GET of a file closes after this many bytes
     drops_left: int = 0
     ignore_range: bool = False
+    stall_s: float = 0.0  # with drop_after: go silent this long before closing
+    redirects: dict[str, str] = field(default_factory=dict)
     requests: list[tuple[str, str | None]] = field(default_factory=list)
 
 
@@ -60,6 +63,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         state = self.server.state  # type: ignore[attr-defined]
         range_header = self.headers.get("Range")
         state.requests.append((self.path, range_header))
+        if self.path in state.redirects:  # as GitHub sends release downloads elsewhere
+            self.send_response(302)
+            self.send_header("Location", state.redirects[self.path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         body = state.files.get(self.path)
         if body is None:
             self.send_error(404, "Not Found")
@@ -87,6 +96,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             state.drops_left -= 1
             self.wfile.write(payload[: state.drop_after])
             self.wfile.flush()
+            time.sleep(state.stall_s)
             self.connection.shutdown(socket.SHUT_RDWR)
             self.close_connection = True
             return
@@ -180,6 +190,28 @@ def test_dropped_connection_resumes_with_a_range_request(
     assert result.archive_sha256 == hashlib.sha256(tiny_archive).hexdigest()
     assert result.downloaded_bytes == len(tiny_archive)
     assert store.verify("tiny").ok
+
+
+def test_resume_survives_a_redirect_and_a_stalled_connection(
+    server: ArchiveServer, cache: Path, tiny_archive: bytes
+) -> None:
+    target = server.serve("/objects/tiny.tar.bz2", tiny_archive)
+    server.state.redirects["/releases/tiny.tar.bz2"] = target
+    cut = 250_000
+    server.state.drop_after, server.state.drops_left, server.state.stall_s = cut, 1, 0.6
+    result = store.pull(
+        "tiny", url=server.url("/releases/tiny.tar.bz2"), timeout_s=0.2, **fast()
+    )
+    paths = [path for path, _ in server.state.requests]
+    assert paths == ["/releases/tiny.tar.bz2", "/objects/tiny.tar.bz2"] * 2
+    ranges = [header for _, header in server.state.requests]
+    assert ranges[:2] == [None, None]
+    # Resumed from what reached the disk (a block cut by the timeout is fetched again), and the
+    # Range header follows the redirect.
+    assert ranges[2] == ranges[3] and ranges[2] is not None
+    start = int(re.fullmatch(r"bytes=(\d+)-", ranges[2]).group(1))  # type: ignore[union-attr]
+    assert 0 < start <= cut
+    assert result.archive_sha256 == hashlib.sha256(tiny_archive).hexdigest()
 
 
 def test_a_failed_pull_keeps_the_part_file_and_the_next_pull_resumes_it(
