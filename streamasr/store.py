@@ -50,6 +50,8 @@ _CONTENT_RANGE_RE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
 #: progress(bytes_done, bytes_total_or_None), called as bytes arrive.
 ProgressFn = Callable[[int, "int | None"], None]
+#: stage("unpacking"), called when a pull moves on to a step without byte progress.
+StageFn = Callable[[str], None]
 
 
 def cache_dir() -> Path:
@@ -162,6 +164,7 @@ def pull(
     sha256: str | None = None,
     force: bool = False,
     progress: ProgressFn | None = None,
+    stage: StageFn | None = None,
     cache: Path | None = None,
     retries: int = DEFAULT_RETRIES,
     timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -180,6 +183,7 @@ def pull(
             "Set STREAMASR_HOME to a writable folder"
         ) from exc
     final = root / target.name
+    say = stage or (lambda _text: None)
     with _locked(root, target.name):
         _remove_stale_temps(root, target.name)
         if (final / "tokens.txt").is_file() and not force:
@@ -192,13 +196,16 @@ def pull(
             if target.url is None:
                 raise UsageError(f"{name} has no download address; pass --url or --archive")
             resumed_from = part.stat().st_size if part.exists() else 0
+            say("downloading")
             downloaded = download(
                 target.url, part, name=target.name, progress=progress, retries=retries,
                 timeout_s=timeout_s, expected_bytes=target.expected_bytes,
                 retry_wait_s=retry_wait_s,
             )
             source_path, source_label = part, target.url
+        say("checking sha256")
         archive_sha = _check_archive(source_path, target, remove_on_mismatch=archive is None)
+        say("unpacking")
         directory, files = _install(source_path, root, final, target.name, force)
         manifest = {
             "format": MANIFEST_FORMAT,

@@ -160,7 +160,11 @@ def test_pull_installs_a_model_that_resolves_and_records_checksums(
 ) -> None:
     url = server.serve("/tiny.tar.bz2", tiny_archive)
     seen: list[tuple[int, int | None]] = []
-    result = store.pull("tiny", url=url, progress=lambda d, t: seen.append((d, t)), **fast())
+    stages: list[str] = []
+    result = store.pull(
+        "tiny", url=url, progress=lambda d, t: seen.append((d, t)), stage=stages.append, **fast()
+    )
+    assert stages == ["downloading", "checking sha256", "unpacking"]
     assert result.directory == cache / "tiny" and not result.already_installed
     assert result.checksum_source is None  # custom model: recorded, not checked
     assert result.archive_sha256 == hashlib.sha256(tiny_archive).hexdigest()

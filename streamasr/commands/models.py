@@ -118,7 +118,7 @@ def _print_table(rows: list[dict[str, object]], cache: Path) -> None:
 
 
 @contextmanager
-def _progress_bar(label: str) -> Iterator[store.ProgressFn]:
+def _progress_bar(label: str) -> Iterator[tuple[store.ProgressFn, store.StageFn]]:
     """A Rich download bar on stderr, handed to the store as a plain callback."""
     progress = Progress(
         TextColumn("{task.description}"),
@@ -135,8 +135,11 @@ def _progress_bar(label: str) -> Iterator[store.ProgressFn]:
     def update(done: int, total: int | None) -> None:
         progress.update(task, completed=done, total=total)
 
+    def stage(text: str) -> None:
+        progress.update(task, description=f"{label}: {text}")
+
     with progress:
-        yield update
+        yield update, stage
 
 
 @models_app.command("pull")
@@ -162,9 +165,10 @@ def pull(
     """
     setup_logging(verbose)
     with cli_errors():
-        with _progress_bar(name) as progress:
+        with _progress_bar(name) as (progress, stage):
             result = store.pull(
-                name, url=url, archive=archive, sha256=sha256, force=force, progress=progress
+                name, url=url, archive=archive, sha256=sha256, force=force,
+                progress=progress, stage=stage,
             )
         if result.already_installed:
             err_console.print(
