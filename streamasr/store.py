@@ -186,9 +186,10 @@ def pull(
     say = stage or (lambda _text: None)
     with _locked(root, target.name):
         _remove_stale_temps(root, target.name)
-        if (final / "tokens.txt").is_file() and not force:
-            return PullResult(target.name, final, already_installed=True)
         part = root / f"{target.name}{PART_SUFFIX}"
+        if (final / "tokens.txt").is_file() and not force:
+            part.unlink(missing_ok=True)  # left by a pull killed after its last rename
+            return PullResult(target.name, final, already_installed=True)
         resumed_from = downloaded = 0
         if archive is not None:
             source_path, source_label = _local_archive(archive), str(archive)
@@ -206,7 +207,6 @@ def pull(
         say("checking sha256")
         archive_sha = _check_archive(source_path, target, remove_on_mismatch=archive is None)
         say("unpacking")
-        directory, files = _install(source_path, root, final, target.name, force)
         manifest = {
             "format": MANIFEST_FORMAT,
             "name": target.name,
@@ -216,9 +216,8 @@ def pull(
             "archive_checksum": target.checksum_source or "recorded",
             "installed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "streamasr_version": __version__,
-            "files": files,
         }
-        _write_manifest(directory, manifest)
+        directory, files = _install(source_path, root, final, target.name, force, manifest)
         if archive is None:
             part.unlink(missing_ok=True)
     log.info("installed %s in %s", target.name, directory)
@@ -253,14 +252,16 @@ def _check_archive(path: Path, target: PullTarget, remove_on_mismatch: bool) -> 
     )
 
 
-def _install(archive: Path, root: Path, final: Path, name: str,
-             force: bool) -> tuple[Path, dict[str, dict[str, object]]]:
-    """Unpack into a temporary folder in the cache, then rename it into place."""
+def _install(
+    archive: Path, root: Path, final: Path, name: str, force: bool, manifest: dict[str, object]
+) -> tuple[Path, dict[str, dict[str, object]]]:
+    """Unpack into a temporary folder in the cache, write the manifest, rename it into place."""
     temp = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=root))
     try:
         safe_extract(archive, temp)
         model_root = _model_root(temp, archive)
         files = hash_tree(model_root)
+        _write_manifest(model_root, {**manifest, "files": files})
         old = None
         if final.exists():
             if not force:
