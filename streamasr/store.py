@@ -199,7 +199,7 @@ def pull(
             resumed_from = part.stat().st_size if part.exists() else 0
             say("downloading")
             downloaded = download(
-                target.url, part, name=target.name, progress=progress, retries=retries,
+                target.url, part, name=name, progress=progress, retries=retries,
                 timeout_s=timeout_s, expected_bytes=target.expected_bytes,
                 retry_wait_s=retry_wait_s,
             )
@@ -581,13 +581,14 @@ def _unreachable(url: str, name: str, reason: str) -> str:
     host = urlparse(url).hostname or url
     return (
         f"cannot reach {host} ({reason}); is this machine offline? Pull from a reachable "
-        f"mirror with --url URL. {_manual_hint(url, name)}"
+        f"mirror with --url URL, or {_manual_hint(url, name, sentence=False)}"
     )
 
 
-def _manual_hint(url: str, name: str) -> str:
+def _manual_hint(url: str, name: str, sentence: bool = True) -> str:
+    first = "Download" if sentence else "download"
     return (
-        f"Download {url} by hand and install it with "
+        f"{first} {url} by hand and install it with "
         f"`streamasr models pull {name} --archive FILE`"
     )
 

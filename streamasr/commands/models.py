@@ -156,7 +156,9 @@ def pull(
         str | None,
         typer.Option("--sha256", help="Expected archive sha256 (overrides the catalog's)."),
     ] = None,
-    force: Annotated[bool, typer.Option(help="Reinstall even if the model is present.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Reinstall even if the model is present.")
+    ] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Download a model into the cache: resumable, checksummed, unpacked safely.
