@@ -9,6 +9,7 @@ from streamasr.commands import bench as bench_commands
 from streamasr.commands import file as file_commands
 from streamasr.commands import latency as latency_commands
 from streamasr.commands import mic as mic_commands
+from streamasr.commands import models as models_commands
 
 app = typer.Typer(
     name="streamasr",
@@ -38,6 +39,7 @@ file_commands.register(app)
 mic_commands.register(app)
 bench_commands.register(app)
 latency_commands.register(app)
+models_commands.register(app)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamasr import catalog, store
 from streamasr.errors import ModelError
 from streamasr.onnx_meta import EncoderMetadata, read_encoder_metadata
 
@@ -130,6 +131,15 @@ def _model_directory(model: str | None) -> Path:
         return path
     if (root / model).is_dir():
         return root / model
+    cached = store.find_cached(model)  # a released model pulled with `streamasr models pull`
+    if cached is not None:
+        return cached
+    entry = catalog.find(model)
+    if entry is not None:
+        raise ModelError(
+            f"model {model!r} ({entry.name}) is not downloaded yet; run "
+            f"`streamasr models pull {model}`, or pass --model DIR"
+        )
     if path.exists():
         raise ModelError(f"--model {model} is a file; pass the directory that holds it")
     names = ", ".join(list_bundled()) or "(none bundled)"
@@ -151,9 +161,11 @@ def _prefer_precision(paths: list[Path], prefer_int8: bool) -> list[Path]:
 def _prefer_precision_pairs(
     pairs: list[tuple[Path, EncoderMetadata]], prefer_int8: bool
 ) -> tuple[Path, EncoderMetadata]:
-    """Of the files of one export, the int8 one when preferred and present, else fp32."""
-    chosen = _prefer_precision([path for path, _ in pairs], prefer_int8)[0]
-    return next(pair for pair in pairs if pair[0] == chosen)
+    """Of the files for one chunk: int8 when preferred and present, else fp32; of several
+    left contexts (released models ship left 64 and 128), the longest history."""
+    allowed = set(_prefer_precision([path for path, _ in pairs], prefer_int8))
+    usable = [pair for pair in pairs if pair[0] in allowed]
+    return max(usable, key=lambda pair: (pair[1].left_context, pair[0].name))
 
 
 def _partner(onnx_files: list[Path], role: str, encoder: Path, prefer_int8: bool) -> Path:

@@ -80,3 +80,29 @@ def test_not_an_encoder_is_a_model_error(tmp_path: Path) -> None:
     bad.write_bytes(b"not onnx at all")
     with pytest.raises(ModelError, match="not a readable ONNX file"):
         read_encoder_metadata(bad)
+
+
+def test_longest_left_context_wins_among_same_chunk_exports(
+    random_transducer: Path, tmp_path: Path
+) -> None:
+    """Released models ship chunk 16 with left 64 and left 128; the longer history is used."""
+    import onnx
+
+    model = tmp_path / "m"
+    shutil.copytree(random_transducer, model)
+    for role in ("encoder", "decoder", "joiner"):
+        source = next(model.glob(f"{role}-*chunk-16-left-64.onnx"))
+        proto = onnx.load(str(source))
+        for prop in proto.metadata_props:
+            if prop.key == "left_context_len":
+                prop.value = "128,64,32,16,32,64"
+        onnx.save(proto, str(source).replace("left-64", "left-128"))
+    files = resolve_model(str(model), chunk=16)
+    assert files.metadata.left_context == 128
+    assert "left-128" in files.encoder.name and "left-128" in files.joiner.name
+
+
+def test_released_name_not_yet_pulled_says_how_to_pull(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("STREAMASR_HOME", str(tmp_path))
+    with pytest.raises(ModelError, match=r"not downloaded yet; run `streamasr models pull en`"):
+        resolve_model("en")
