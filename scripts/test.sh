@@ -14,6 +14,11 @@ if ! dpkg -s "${DEBIAN_PACKAGES[@]}" >/dev/null 2>&1; then
 fi
 
 python -m pip install -q -e '.[dev]'
+# The model-reproducibility test rebuilds the bundled models: CPU torch 2.13.0 and the
+# `zipformer` package without its declared deps (they pin an older torch; models/README.md).
+python -m pip install -q torch==2.13.0 importlib_resources kaldifst onnxruntime
+python -m pip install -q --no-deps zipformer==0.1.3 simple-sentencepiece==0.14 \
+    onnxconverter_common==1.16.0
 mkdir -p build
 python -m pytest -q -rs --junitxml=build/junit.xml "$@"
 

@@ -2,7 +2,7 @@
 
 Why: models/README.md promises that ``scripts/make_test_models.py`` regenerates the
 committed files exactly; this checks it. It needs the optional PyPI ``zipformer``
-package (installed with ``--no-deps``, see models/README.md) and is skipped without it.
+package (installed with ``--no-deps`` by scripts/test.sh, see models/README.md).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _sha256(path: Path) -> str:
 def test_make_test_models_reproduces_committed_files(tmp_path: Path) -> None:
     # find_spec, not importorskip: importing the package needs scripts/zf_compat.py first.
     if importlib.util.find_spec("zipformer") is None:
-        pytest.skip("optional: pip install --no-deps zipformer (see models/README.md)")
+        pytest.fail("the zipformer package is missing: run scripts/test.sh (see models/README.md)")
     subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "make_test_models.py"), "--out-dir", str(tmp_path)],
         check=True,
