@@ -19,6 +19,7 @@ python -m pip install -q -e '.[dev]'
 python -m pip install -q torch==2.13.0 importlib_resources kaldifst onnxruntime
 python -m pip install -q --no-deps zipformer==0.1.3 simple-sentencepiece==0.14 \
     onnxconverter_common==1.16.0
+python -m ruff check .
 mkdir -p build
 python -m pytest -q -rs --junitxml=build/junit.xml "$@"
 
