@@ -32,16 +32,25 @@ import soundfile as sf
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
 
 
-def find(model_dir: Path, kind: str, chunk: int) -> Path:
-    """The model file of one kind for a chunk size (int8 preferred if both exist)."""
+def find(model_dir: Path, kind: str, chunk: int, int8: bool = True) -> Path:
+    """The model file of one kind for a chunk size (int8 preferred unless int8=False)."""
     matches = sorted(model_dir.glob(f"{kind}-*chunk-{chunk}-left-*.onnx"))
     if not matches:
         raise SystemExit(f"no {kind} for chunk {chunk} in {model_dir}")
-    int8 = [m for m in matches if ".int8." in m.name]
-    return (int8 or matches)[0]
+    quantised = [m for m in matches if ".int8." in m.name]
+    plain = [m for m in matches if ".int8." not in m.name]
+    return ((quantised or plain) if int8 else (plain or quantised))[0]
 
 
-def recognizer(model_dir: Path, chunk: int) -> sherpa_onnx.OnlineRecognizer:
+def recognizer(
+    model_dir: Path, chunk: int, head: str = "transducer"
+) -> sherpa_onnx.OnlineRecognizer:
+    if head == "ctc":
+        return sherpa_onnx.OnlineRecognizer.from_zipformer2_ctc(
+            tokens=str(model_dir / "tokens.txt"),
+            model=str(find(model_dir, "ctc", chunk, int8=False)),
+            num_threads=1,
+        )
     return sherpa_onnx.OnlineRecognizer.from_transducer(
         tokens=str(model_dir / "tokens.txt"),
         encoder=str(find(model_dir, "encoder", chunk)),
@@ -119,13 +128,14 @@ def main() -> None:
     )
     parser.add_argument("--model-dir", type=Path, default=Path("models/tiny-en"))
     parser.add_argument("--chunk", type=int, default=16)
+    parser.add_argument("--head", choices=("transducer", "ctc"), default="transducer")
     parser.add_argument("--test", type=Path, default=Path("build/tts/test/manifest.jsonl"))
     parser.add_argument("--librivox", type=Path, default=LIBRIVOX)
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     args = parser.parse_args()
     np.set_printoptions(precision=3)
-    rec = recognizer(args.model_dir, args.chunk)
-    report: dict = {"model_dir": str(args.model_dir), "chunk": args.chunk}
+    rec = recognizer(args.model_dir, args.chunk, args.head)
+    report: dict = {"model_dir": str(args.model_dir), "chunk": args.chunk, "head": args.head}
     report["tts_test"] = evaluate_tts(rec, args.test)
     if (args.librivox / "transcription").exists():
         report["librivox"] = evaluate_librivox(rec, args.librivox)

@@ -28,6 +28,11 @@ Usage::
         --max-minutes 70 > build/train/nohup.out 2>&1 &
     python scripts/train_tiny_model.py train ... --resume        # after an interruption
     python scripts/train_tiny_model.py export --exp-dir build/train --out models/tiny-en
+
+``--vocab words`` trains on one token per word of the (closed) training vocabulary
+instead of characters, and ``--init-from CKPT`` starts from another run's weights where
+shapes match; models/tiny-en/README.md records the exact runs behind the bundled model.
+``export --head ctc`` exports the auxiliary CTC head as a streaming zipformer2 CTC model.
 """
 
 from __future__ import annotations
@@ -83,23 +88,65 @@ LEFT_CONTEXT = 64
 EXPORT_CHUNKS = (16, 32)
 CTC_SCALE = 0.3
 SPEC_AUG = True
-TOKEN_ID = {tok: i for i, tok in enumerate(TOKENS)}
+# The vocabulary in use: TOKENS (characters, as the random test models) or whole
+# words ("▁WORD", see word_vocab). set_vocab() switches it.
+VOCAB: list[str] = list(TOKENS)
+VOCAB_ID: dict[str, int] = {tok: i for i, tok in enumerate(VOCAB)}
+
+
+def set_vocab(tokens: list[str]) -> None:
+    global VOCAB, VOCAB_ID
+    VOCAB = list(tokens)
+    VOCAB_ID = {tok: i for i, tok in enumerate(VOCAB)}
+
+
+def word_vocab(texts: list[str]) -> list[str]:
+    """<blk> plus one token per distinct training word, written '▁WORD'.
+
+    sherpa-onnx turns the leading '▁' into a space and strips the first one, so the
+    token sequence '▁HELLO ▁WORLD' reads 'HELLO WORLD'.
+    """
+    words = sorted({w for t in texts for w in t.split()})
+    return ["<blk>"] + [WORD_BOUNDARY + w for w in words]
+
+
+def is_word_vocab(tokens: list[str]) -> bool:
+    return len(tokens) > 1 and tokens[1].startswith(WORD_BOUNDARY) and len(tokens[1]) > 1
 
 
 # ----------------------------------------------------------------------------- data
 
 
 def text_to_ids(text: str) -> list[int] | None:
-    """Upper-case words -> char ids with U+2581 between words; None if a char is unknown."""
+    """Upper-case words -> token ids of the vocabulary in use; None if something is unknown.
+
+    Characters: letters with U+2581 between words. Words: one '▁WORD' token per word.
+    """
     ids: list[int] = []
+    if is_word_vocab(VOCAB):
+        for word in text.split():
+            if WORD_BOUNDARY + word not in VOCAB_ID:
+                return None
+            ids.append(VOCAB_ID[WORD_BOUNDARY + word])
+        return ids
     for w, word in enumerate(text.split()):
         if w:
-            ids.append(TOKEN_ID[WORD_BOUNDARY])
+            ids.append(VOCAB_ID[WORD_BOUNDARY])
         for ch in word:
-            if ch not in TOKEN_ID:
+            if ch not in VOCAB_ID:
                 return None
-            ids.append(TOKEN_ID[ch])
+            ids.append(VOCAB_ID[ch])
     return ids
+
+
+def relabel(data: dict) -> dict:
+    """Recompute labels for the vocabulary in use (the feature cache is vocabulary-free)."""
+    labels = [text_to_ids(t) for t in data["texts"]]
+    missing = sum(ids is None for ids in labels)
+    if missing:
+        raise ValueError(f"{missing} transcripts have tokens outside the vocabulary")
+    data["labels"] = labels
+    return data
 
 
 def load_split(manifest: Path, cache: Path) -> dict:
@@ -215,7 +262,14 @@ def spec_augment(x: torch.Tensor, x_lens: torch.Tensor, rng: random.Random) -> N
 
 
 def build_model(chunks: str = TRAIN_CHUNKS) -> torch.nn.Module:
-    params = model_params(use_transducer=True, use_ctc=True, chunk=0, left=LEFT_CONTEXT, arch=ARCH)
+    params = model_params(
+        use_transducer=True,
+        use_ctc=True,
+        chunk=0,
+        left=LEFT_CONTEXT,
+        arch=ARCH,
+        vocab_size=len(VOCAB),
+    )
     params.chunk_size = chunks
     return get_model(params)
 
@@ -277,7 +331,7 @@ def greedy_decode(model: torch.nn.Module, x, x_lens, max_sym_per_frame: int = 3)
 
 
 def ids_to_text(ids: list[int]) -> str:
-    return "".join(TOKENS[i] for i in ids).replace(WORD_BOUNDARY, " ").strip()
+    return "".join(VOCAB[i] for i in ids).replace(WORD_BOUNDARY, " ").strip()
 
 
 def word_errors(ref: str, hyp: str) -> int:
@@ -329,8 +383,22 @@ def train(args: argparse.Namespace) -> None:
     hours = sum(data["lengths"][i] for i in train_idx) / 100 / 3600
     log.info("train: %d utts (%.2f h), dev: %d utts", len(train_idx), hours, len(dev_idx))
 
+    ckpt_path = exp / "checkpoint.pt"
+    if args.resume and ckpt_path.exists():
+        set_vocab(torch.load(ckpt_path, weights_only=False)["tokens"])
+    elif args.vocab == "words":
+        set_vocab(word_vocab(data["texts"]))
+    relabel(data)
+    log.info("vocabulary: %s, %d tokens", args.vocab, len(VOCAB))
+
     zf_compat.fix_random_seed(args.seed)
     model = build_model()
+    if args.init_from is not None and not (args.resume and ckpt_path.exists()):
+        init = torch.load(args.init_from, weights_only=False)["model"]
+        own = model.state_dict()
+        taken = {k: v for k, v in init.items() if k in own and own[k].shape == v.shape}
+        model.load_state_dict(taken, strict=False)
+        log.info("initialised %d of %d tensors from %s", len(taken), len(own), args.init_from)
     n_params = sum(p.numel() for p in model.parameters())
     n_export = n_params - sum(p.numel() for p in model.ctc_output.parameters())
     n_export -= model.simple_am_proj.weight.numel() + model.simple_lm_proj.weight.numel()
@@ -346,7 +414,6 @@ def train(args: argparse.Namespace) -> None:
     ema = {k: v.detach().clone().double() for k, v in model.state_dict().items()}
 
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "train_s": 0.0, "hours_seen": 0.0}
-    ckpt_path = exp / "checkpoint.pt"
     if args.resume and ckpt_path.exists():
         ckpt = torch.load(ckpt_path, weights_only=False)
         model.load_state_dict(ckpt["model"])
@@ -373,7 +440,7 @@ def train(args: argparse.Namespace) -> None:
                 "py_rng": random.getstate(),
                 "torch_rng": torch.get_rng_state(),
                 "arch": ARCH,
-                "tokens": TOKENS,
+                "tokens": VOCAB,
                 "args": vars(args),
             },
             tmp,
@@ -479,6 +546,7 @@ def export(args: argparse.Namespace) -> None:
     from zipformer.bin import export as zf_export
 
     ckpt = torch.load(args.exp_dir / "checkpoint.pt", weights_only=False)
+    set_vocab(ckpt["tokens"])
     model = build_model()
     weights = ckpt["ema"] if args.weights == "ema" else ckpt["model"]
     model.load_state_dict({k: v.to(model.state_dict()[k].dtype) for k, v in weights.items()})
@@ -486,7 +554,12 @@ def export(args: argparse.Namespace) -> None:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     params = model_params(
-        use_transducer=True, use_ctc=False, chunk=16, left=LEFT_CONTEXT, arch=ARCH
+        use_transducer=True,
+        use_ctc=False,
+        chunk=16,
+        left=LEFT_CONTEXT,
+        arch=ARCH,
+        vocab_size=len(VOCAB),
     )
     params.enable_int8_quantization = args.int8
     import shutil
@@ -498,16 +571,20 @@ def export(args: argparse.Namespace) -> None:
             params.exp_dir = Path(tmp)
             params.suffix = f"epoch-99-avg-1-chunk-{chunk}-left-{LEFT_CONTEXT}"
             with torch.no_grad():
-                zf_export.export_onnx_streaming_transducer(params, model)
+                if args.head == "ctc":
+                    zf_export.export_onnx_streaming_ctc(params, model)
+                else:
+                    zf_export.export_onnx_streaming_transducer(params, model)
             for f in sorted(Path(tmp).glob("*.onnx")):
                 if (
                     args.int8
+                    and args.head == "transducer"
                     and (f.name.startswith(("encoder", "joiner")))
                     and ".int8." not in f.name
                 ):
                     continue  # keep only the int8 encoder/joiner; the decoder stays fp32
                 shutil.move(str(f), out / f.name)
-    write_tokens(out / "tokens.txt")
+    write_tokens(out / "tokens.txt", VOCAB)
     for f in sorted(out.glob("*")):
         if f.is_file():
             digest = hashlib.sha256(f.read_bytes()).hexdigest()
@@ -523,6 +600,13 @@ def main() -> None:
     t.add_argument("--data", type=Path, default=Path("build/tts"))
     t.add_argument("--exp-dir", type=Path, default=Path("build/train"))
     t.add_argument("--resume", action="store_true")
+    t.add_argument("--vocab", choices=("chars", "words"), default="chars")
+    t.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="start from this checkpoint's weights where shapes match (e.g. a chars run)",
+    )
     t.add_argument("--seed", type=int, default=42)
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--max-minutes", type=float, default=70.0)
@@ -545,6 +629,12 @@ def main() -> None:
     e.add_argument("--out", type=Path, default=Path("models/tiny-en"))
     e.add_argument("--weights", choices=("ema", "raw"), default="ema")
     e.add_argument("--int8", type=int, default=1)
+    e.add_argument(
+        "--head",
+        choices=("transducer", "ctc"),
+        default="transducer",
+        help="ctc: export the auxiliary CTC head as a streaming zipformer2 CTC model",
+    )
     args = parser.parse_args()
     handlers = [logging.StreamHandler()]
     if args.cmd == "train":
