@@ -323,9 +323,6 @@ def test_bad_rows_missing_and_corrupt_audio_do_not_stop_a_run(
     assert "missing audio" in (out / "results.md").read_text()
 
 
-@pytest.mark.skipif(
-    not (REPO / "models" / "tiny-en" / "tokens.txt").is_file(), reason="models/tiny-en not built"
-)
 def test_trained_model_recognises_synthetic_speech(data: Path, tmp_path: Path) -> None:
     result = invoke(str(data / "librispeech"), "--model", "tiny-en", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
