@@ -120,6 +120,7 @@ class JsonlRenderer:
                 "type": "summary",
                 "source": summary.source,
                 "audio_s": round(summary.audio_s, 6),
+                "wall_s": round(summary.wall_s, 6),
                 "compute_s": round(summary.compute_s, 6),
                 "rtf": round(summary.rtf, 6),
                 "text": summary.text,
