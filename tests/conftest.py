@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,17 @@ def require_tool(name: str) -> str:
     if path is None:
         pytest.fail(f"{name} is not installed; run .ci/run or apt-get install it")
     return path
+
+
+def make_dataset(out: Path, n: int, seed: int) -> Path:
+    """Synthesise a test set in all three layouts with scripts/make_dataset.py; returns `out`."""
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "make_dataset.py"), "--out", str(out),
+         "--n", str(n), "--seed", str(seed)],
+        check=True,
+        capture_output=True,
+    )
+    return out
 
 
 @pytest.fixture(scope="session")

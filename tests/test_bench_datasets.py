@@ -7,13 +7,12 @@ transcript gives a wrong number or none; every reader must name what it skipped 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
+from conftest import make_dataset
 
 from streamasr.bench.datasets import detect_format, load_dataset
 from streamasr.errors import DatasetError
@@ -24,22 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three espeak-ng utterances written in all three layouts by scripts/make_dataset.py."""
-    out = tmp_path_factory.mktemp("bench-data")
-    subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "make_dataset.py"),
-            "--out",
-            str(out),
-            "--n",
-            "3",
-            "--seed",
-            "1",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return out
+    return make_dataset(tmp_path_factory.mktemp("bench-data"), n=3, seed=1)
 
 
 def write_wav(path: Path, seconds: float = 0.2) -> Path:

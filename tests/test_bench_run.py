@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import typer
+from conftest import make_dataset
 from typer.testing import CliRunner
 
 from streamasr.backends.base import EndpointOptions, EngineOptions
@@ -53,22 +52,7 @@ def invoke(*args: str):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three espeak-ng utterances in all layouts (scripts/make_dataset.py)."""
-    out = tmp_path_factory.mktemp("bench-run")
-    subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "make_dataset.py"),
-            "--out",
-            str(out),
-            "--n",
-            "3",
-            "--seed",
-            "5",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return out
+    return make_dataset(tmp_path_factory.mktemp("bench-run"), n=3, seed=5)
 
 
 @pytest.fixture(scope="module")

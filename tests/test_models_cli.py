@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import typer
-from test_store import TINY, ArchiveServer, build_archive
+from test_store import TINY, ArchiveServer, cache, server, tiny_archive
 from typer.testing import CliRunner
 
 from streamasr import catalog, store
@@ -31,29 +29,11 @@ def _models_app() -> typer.Typer:
 
 
 APP = _models_app()
+__all__ = ["cache", "server", "tiny_archive"]  # fixtures shared with test_store
 
 
 def models(*args: str):
     return runner.invoke(APP, ["models", *args])
-
-
-@pytest.fixture(scope="module")
-def tiny_archive() -> bytes:
-    return build_archive()
-
-
-@pytest.fixture()
-def server() -> Iterator[ArchiveServer]:
-    srv = ArchiveServer()
-    yield srv
-    srv.close()
-
-
-@pytest.fixture()
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "cache"
-    monkeypatch.setenv("STREAMASR_HOME", str(path))
-    return path
 
 
 def test_list_shows_every_released_model_and_what_is_installed(

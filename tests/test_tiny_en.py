@@ -8,11 +8,10 @@ made (models/tiny-en/README.md) plus a margin; they fail if recognition breaks.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import make_dataset
 from typer.testing import CliRunner
 
 from streamasr.audio import FileSource
@@ -57,13 +56,7 @@ def test_unpicked_samples_are_mostly_right() -> None:
 @pytest.fixture(scope="module")
 def held_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh synthetic set (seed unseen in training), JSONL manifest with known onsets."""
-    out = tmp_path_factory.mktemp("held-out")
-    subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "make_dataset.py"), "--out", str(out),
-         "--n", "20", "--seed", "11"],
-        check=True, capture_output=True,
-    )
-    return out / "manifest.jsonl"
+    return make_dataset(tmp_path_factory.mktemp("held-out"), n=20, seed=11) / "manifest.jsonl"
 
 
 def test_held_out_wer_is_within_the_measured_bound(held_out: Path, tmp_path: Path) -> None:
