@@ -128,32 +128,37 @@ def set_streaming_config(model: torch.nn.Module, chunk: int, left: int) -> None:
     model.encoder.left_context_frames = (left,)
 
 
-def export_transducer(
-    model: torch.nn.Module, params: AttributeDict, out_dir: Path, chunk: int, left: int
-) -> None:
-    """Export encoder/decoder/joiner with the package exporter into out_dir."""
+def export_streaming(
+    model: torch.nn.Module,
+    params: AttributeDict,
+    out_dir: Path,
+    chunk: int,
+    left: int,
+    head: str = "transducer",
+    epoch: int = 0,
+) -> list[Path]:
+    """Export one chunk/left setting with the package exporter into out_dir.
+
+    head "transducer" writes encoder/decoder/joiner, "ctc" one model file; names follow
+    sherpa-onnx's `<role>-epoch-E-avg-1-chunk-C-left-L.onnx`. Returns the files written.
+    """
+    exporter = (
+        zf_export.export_onnx_streaming_transducer
+        if head == "transducer"
+        else zf_export.export_onnx_streaming_ctc
+    )
     set_streaming_config(model, chunk, left)
+    written = []
     with tempfile.TemporaryDirectory() as tmp:
         params.exp_dir = Path(tmp)
-        params.suffix = f"epoch-0-avg-1-chunk-{chunk}-left-{left}"
+        params.suffix = f"epoch-{epoch}-avg-1-chunk-{chunk}-left-{left}"
         with torch.no_grad():
-            zf_export.export_onnx_streaming_transducer(params, model)
+            exporter(params, model)
         for f in sorted(Path(tmp).glob("*.onnx")):
-            shutil.move(str(f), out_dir / f.name)
-
-
-def export_ctc(
-    model: torch.nn.Module, params: AttributeDict, out_dir: Path, chunk: int, left: int
-) -> None:
-    """Export one streaming CTC model with the package exporter into out_dir."""
-    set_streaming_config(model, chunk, left)
-    with tempfile.TemporaryDirectory() as tmp:
-        params.exp_dir = Path(tmp)
-        params.suffix = f"epoch-0-avg-1-chunk-{chunk}-left-{left}"
-        with torch.no_grad():
-            zf_export.export_onnx_streaming_ctc(params, model)
-        for f in sorted(Path(tmp).glob("*.onnx")):
-            shutil.move(str(f), out_dir / f.name)
+            target = out_dir / f.name
+            shutil.move(str(f), target)
+            written.append(target)
+    return written
 
 
 def build_random(params: AttributeDict, seed: int) -> torch.nn.Module:
@@ -171,7 +176,7 @@ def make_transducer(out_dir: Path, seed: int) -> None:
     )
     model = build_random(params, seed)
     for chunk in TRANSDUCER_CHUNKS:
-        export_transducer(model, params, out_dir, chunk, LEFT_CONTEXT)
+        export_streaming(model, params, out_dir, chunk, LEFT_CONTEXT)
     write_tokens(out_dir / "tokens.txt")
 
 
@@ -179,7 +184,7 @@ def make_ctc(out_dir: Path, seed: int) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     params = model_params(use_transducer=False, use_ctc=True, chunk=CTC_CHUNK, left=LEFT_CONTEXT)
     model = build_random(params, seed + 1)
-    export_ctc(model, params, out_dir, CTC_CHUNK, LEFT_CONTEXT)
+    export_streaming(model, params, out_dir, CTC_CHUNK, LEFT_CONTEXT, head="ctc")
     write_tokens(out_dir / "tokens.txt")
 
 

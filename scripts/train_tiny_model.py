@@ -542,8 +542,7 @@ def train(args: argparse.Namespace) -> None:
 
 def export(args: argparse.Namespace) -> None:
     """Export the EMA (or raw) weights for each chunk size with the package exporter."""
-    from make_test_models import set_streaming_config
-    from zipformer.bin import export as zf_export
+    from make_test_models import export_streaming
 
     ckpt = torch.load(args.exp_dir / "checkpoint.pt", weights_only=False)
     set_vocab(ckpt["tokens"])
@@ -562,28 +561,15 @@ def export(args: argparse.Namespace) -> None:
         vocab_size=len(VOCAB),
     )
     params.enable_int8_quantization = args.int8
-    import shutil
-    import tempfile
-
     for chunk in EXPORT_CHUNKS:
-        set_streaming_config(model, chunk, LEFT_CONTEXT)
-        with tempfile.TemporaryDirectory() as tmp:
-            params.exp_dir = Path(tmp)
-            params.suffix = f"epoch-99-avg-1-chunk-{chunk}-left-{LEFT_CONTEXT}"
-            with torch.no_grad():
-                if args.head == "ctc":
-                    zf_export.export_onnx_streaming_ctc(params, model)
-                else:
-                    zf_export.export_onnx_streaming_transducer(params, model)
-            for f in sorted(Path(tmp).glob("*.onnx")):
-                if (
-                    args.int8
-                    and args.head == "transducer"
-                    and (f.name.startswith(("encoder", "joiner")))
-                    and ".int8." not in f.name
-                ):
-                    continue  # keep only the int8 encoder/joiner; the decoder stays fp32
-                shutil.move(str(f), out / f.name)
+        for f in export_streaming(model, params, out, chunk, LEFT_CONTEXT, args.head, epoch=99):
+            if (
+                args.int8
+                and args.head == "transducer"
+                and f.name.startswith(("encoder", "joiner"))
+                and ".int8." not in f.name
+            ):
+                f.unlink()  # keep only the int8 encoder/joiner; the decoder stays fp32
     write_tokens(out / "tokens.txt", VOCAB)
     for f in sorted(out.glob("*")):
         if f.is_file():
