@@ -540,14 +540,45 @@ def train(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------------------- export
 
 
+def manifest_words(manifest: Path) -> set[str]:
+    """The distinct words of a manifest's transcripts."""
+    rows = [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
+    return {w for row in rows for w in row["text"].split()}
+
+
+def prune_word_vocab(weights: dict, tokens: list[str], keep: set[str]) -> tuple[dict, list[str]]:
+    """Drop word tokens outside `keep` from a word-vocabulary model's weights.
+
+    Why: a run continued on data without some words (see tts.HOMOPHONES_DROPPED) still
+    carries their tokens; the exported model should not be able to emit words it was
+    taught never to say. Every tensor with a vocabulary-sized dimension (decoder
+    embedding, joiner output, CTC and simple projections) keeps only the kept rows.
+    """
+    if not is_word_vocab(tokens):
+        raise ValueError("--keep-words-of applies to word-vocabulary checkpoints only")
+    rows = [0] + [i for i, tok in enumerate(tokens) if i > 0 and tok[1:] in keep]
+    index = torch.tensor(rows)
+    pruned = {}
+    for name, tensor in weights.items():
+        for dim, size in enumerate(tensor.shape):
+            if size == len(tokens):
+                tensor = tensor.index_select(dim, index)
+        pruned[name] = tensor
+    log.info("vocabulary pruned from %d to %d tokens", len(tokens), len(rows))
+    return pruned, [tokens[i] for i in rows]
+
+
 def export(args: argparse.Namespace) -> None:
     """Export the EMA (or raw) weights for each chunk size with the package exporter."""
     from make_test_models import export_streaming
 
     ckpt = torch.load(args.exp_dir / "checkpoint.pt", weights_only=False)
-    set_vocab(ckpt["tokens"])
-    model = build_model()
     weights = ckpt["ema"] if args.weights == "ema" else ckpt["model"]
+    tokens = ckpt["tokens"]
+    if args.keep_words_of is not None:
+        weights, tokens = prune_word_vocab(weights, tokens, manifest_words(args.keep_words_of))
+    set_vocab(tokens)
+    model = build_model()
     model.load_state_dict({k: v.to(model.state_dict()[k].dtype) for k, v in weights.items()})
     model.eval()
     out = args.out
@@ -615,6 +646,12 @@ def main() -> None:
     e.add_argument("--out", type=Path, default=Path("models/tiny-en"))
     e.add_argument("--weights", choices=("ema", "raw"), default="ema")
     e.add_argument("--int8", type=int, default=1)
+    e.add_argument(
+        "--keep-words-of",
+        type=Path,
+        default=None,
+        help="word vocabulary: export only the words of this training manifest",
+    )
     e.add_argument(
         "--head",
         choices=("transducer", "ctc"),
