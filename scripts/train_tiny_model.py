@@ -540,6 +540,16 @@ def train(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------------------- export
 
 
+# Parameters with one row per token: what a vocabulary change must slice.
+VOCAB_ROWS = tuple(
+    f"{layer}.{kind}"
+    for layer in ("decoder.embedding", "joiner.output_linear", "simple_am_proj",
+                  "simple_lm_proj", "ctc_output.1")
+    for kind in ("weight", "bias")
+    if (layer, kind) != ("decoder.embedding", "bias")
+)  # fmt: skip
+
+
 def manifest_words(manifest: Path) -> set[str]:
     """The distinct words of a manifest's transcripts."""
     rows = [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
@@ -551,19 +561,18 @@ def prune_word_vocab(weights: dict, tokens: list[str], keep: set[str]) -> tuple[
 
     Why: a run continued on data without some words (see tts.HOMOPHONES_DROPPED) still
     carries their tokens; the exported model should not be able to emit words it was
-    taught never to say. Every tensor with a vocabulary-sized dimension (decoder
-    embedding, joiner output, CTC and simple projections) keeps only the kept rows.
+    taught never to say. The tensors indexed by token (VOCAB_ROWS) keep only the kept
+    rows; they are named, not found by size, because other sizes can equal the vocabulary's.
     """
     if not is_word_vocab(tokens):
         raise ValueError("--keep-words-of applies to word-vocabulary checkpoints only")
     rows = [0] + [i for i, tok in enumerate(tokens) if i > 0 and tok[1:] in keep]
     index = torch.tensor(rows)
-    pruned = {}
-    for name, tensor in weights.items():
-        for dim, size in enumerate(tensor.shape):
-            if size == len(tokens):
-                tensor = tensor.index_select(dim, index)
-        pruned[name] = tensor
+    pruned = dict(weights)
+    for name in VOCAB_ROWS:
+        if pruned[name].shape[0] != len(tokens):
+            raise ValueError(f"{name} has {pruned[name].shape[0]} rows, not {len(tokens)}")
+        pruned[name] = pruned[name].index_select(0, index)
     log.info("vocabulary pruned from %d to %d tokens", len(tokens), len(rows))
     return pruned, [tokens[i] for i in rows]
 
