@@ -29,6 +29,8 @@ import numpy as np
 import sherpa_onnx
 import soundfile as sf
 
+from streamasr.stream import DEFAULT_TAIL_PADDING_S
+
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
 
 
@@ -62,7 +64,11 @@ def recognizer(
 
 
 def transcribe(rec: sherpa_onnx.OnlineRecognizer, path: Path) -> str:
-    """Stream one file in 0.1 s blocks, then signal the end of input."""
+    """Stream one file in 0.1 s blocks, pad the tail as streamasr does, end the input.
+
+    Without the padding the last partial chunk never reaches the encoder and the last
+    word is often lost (more so at chunk 32), which would understate the model.
+    """
     samples, rate = sf.read(str(path), dtype="float32", always_2d=True)
     samples = samples.mean(axis=1)
     stream = rec.create_stream()
@@ -71,6 +77,7 @@ def transcribe(rec: sherpa_onnx.OnlineRecognizer, path: Path) -> str:
         stream.accept_waveform(rate, samples[start : start + block])
         while rec.is_ready(stream):
             rec.decode_stream(stream)
+    stream.accept_waveform(rate, np.zeros(int(DEFAULT_TAIL_PADDING_S * rate), np.float32))
     stream.input_finished()
     while rec.is_ready(stream):
         rec.decode_stream(stream)

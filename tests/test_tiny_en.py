@@ -24,9 +24,9 @@ from streamasr.stream import StreamSession
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "models" / "tiny-en" / "test_wavs"
-# measured 16.6 % on the 200-utterance held-out set (models/tiny-en/README.md); a 20-utterance
-# sample varies more, hence the margin
-HELD_OUT_WER_BOUND_PCT = 30.0
+# measured 8.3 % on the 200-utterance held-out set (models/tiny-en/README.md) and 3.2 % on
+# this 20-utterance set; a small sample varies more, hence the margin
+HELD_OUT_WER_BOUND_PCT = 15.0
 EXACT_SAMPLES = ("3", "4")  # picked among those it gets right; 0-2 were not picked
 
 
@@ -44,13 +44,13 @@ def test_bundled_samples_transcribe_exactly(wav: Path, text: str) -> None:
 
 
 def test_unpicked_samples_are_mostly_right() -> None:
-    """Samples 0-2 were not chosen for being right; each still gets most words."""
+    """Samples 0-2 were not chosen for being right; each gets at most one word in 5 wrong."""
     import jiwer
 
     for wav, text in _samples(("0", "1", "2")):
         result = CliRunner().invoke(app, ["file", str(wav), "--format", "text"])
         assert result.exit_code == 0, result.output
-        assert jiwer.wer(text, result.stdout.strip()) <= 0.6, (wav.name, result.stdout)
+        assert jiwer.wer(text, result.stdout.strip()) <= 0.2, (wav.name, result.stdout)
 
 
 @pytest.fixture(scope="module")
