@@ -3,7 +3,7 @@
 
 Why: the project needs a bundled model that really recognises (some) English, so the
 quick start and the benchmarks show real text; released models cannot be downloaded
-here. This is a test/demo model trained in about an hour on two CPU cores on
+here. This is a test/demo model trained in a few hours on two CPU cores on
 espeak-ng speech from ``scripts/make_training_data.py``; for real speech use a
 released model such as sherpa-onnx-streaming-zipformer-en-2023-06-26.
 
@@ -31,7 +31,9 @@ Usage::
 
 ``--vocab words`` trains on one token per word of the (closed) training vocabulary
 instead of characters, and ``--init-from CKPT`` starts from another run's weights where
-shapes match; models/tiny-en/README.md records the exact runs behind the bundled model.
+shapes match; ``--resume`` with another ``--data`` continues a run on new data, and
+``export --keep-words-of MANIFEST`` drops words that data no longer has.
+models/tiny-en/README.md records the exact runs behind the bundled model.
 ``export --head ctc`` exports the auxiliary CTC head as a streaming zipformer2 CTC model.
 """
 
