@@ -263,15 +263,20 @@ def spec_augment(x: torch.Tensor, x_lens: torch.Tensor, rng: random.Random) -> N
 # ----------------------------------------------------------------------------- model
 
 
-def build_model(chunks: str = TRAIN_CHUNKS) -> torch.nn.Module:
-    params = model_params(
+def tiny_params(use_ctc: bool, chunk: int):
+    """The package's parameters for ARCH, left context 64 and the vocabulary in use."""
+    return model_params(
         use_transducer=True,
-        use_ctc=True,
-        chunk=0,
+        use_ctc=use_ctc,
+        chunk=chunk,
         left=LEFT_CONTEXT,
         arch=ARCH,
         vocab_size=len(VOCAB),
     )
+
+
+def build_model(chunks: str = TRAIN_CHUNKS) -> torch.nn.Module:
+    params = tiny_params(use_ctc=True, chunk=0)
     params.chunk_size = chunks
     return get_model(params)
 
@@ -554,6 +559,11 @@ VOCAB_ROWS = tuple(
 
 def manifest_words(manifest: Path) -> set[str]:
     """The distinct words of a manifest's transcripts."""
+    if not manifest.is_file():
+        raise SystemExit(
+            f"--keep-words-of: {manifest} not found; give the manifest.jsonl of the data "
+            "the model was last trained on (e.g. build/tts2/train/manifest.jsonl)"
+        )
     rows = [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
     return {w for row in rows for w in row["text"].split()}
 
@@ -567,7 +577,10 @@ def prune_word_vocab(weights: dict, tokens: list[str], keep: set[str]) -> tuple[
     rows; they are named, not found by size, because other sizes can equal the vocabulary's.
     """
     if not is_word_vocab(tokens):
-        raise ValueError("--keep-words-of applies to word-vocabulary checkpoints only")
+        raise ValueError(
+            "--keep-words-of applies to word-vocabulary checkpoints only; "
+            "export a character model without it"
+        )
     rows = [0] + [i for i, tok in enumerate(tokens) if i > 0 and tok[1:] in keep]
     index = torch.tensor(rows)
     pruned = dict(weights)
@@ -587,21 +600,17 @@ def export(args: argparse.Namespace) -> None:
     weights = ckpt["ema"] if args.weights == "ema" else ckpt["model"]
     tokens = ckpt["tokens"]
     if args.keep_words_of is not None:
-        weights, tokens = prune_word_vocab(weights, tokens, manifest_words(args.keep_words_of))
+        try:
+            weights, tokens = prune_word_vocab(weights, tokens, manifest_words(args.keep_words_of))
+        except ValueError as err:
+            raise SystemExit(f"export: {err}") from None
     set_vocab(tokens)
     model = build_model()
     model.load_state_dict({k: v.to(model.state_dict()[k].dtype) for k, v in weights.items()})
     model.eval()
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    params = model_params(
-        use_transducer=True,
-        use_ctc=False,
-        chunk=16,
-        left=LEFT_CONTEXT,
-        arch=ARCH,
-        vocab_size=len(VOCAB),
-    )
+    params = tiny_params(use_ctc=False, chunk=16)
     params.enable_int8_quantization = args.int8
     for chunk in EXPORT_CHUNKS:
         for f in export_streaming(model, params, out, chunk, LEFT_CONTEXT, args.head, epoch=99):
