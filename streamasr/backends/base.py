@@ -16,6 +16,8 @@ class Hypothesis:
     tokens: tuple[str, ...] = ()
     token_times_s: tuple[float, ...] = ()  # absolute audio time of each token
     segment_start_s: float = 0.0
+    # the model emitted its end-of-utterance token (models trained with one, e.g. parakeet EOU)
+    end_of_utterance: bool = False
 
 
 @dataclass(frozen=True)
