@@ -14,13 +14,15 @@ from pathlib import Path
 
 from streamasr import catalog, store
 from streamasr.errors import ModelError
-from streamasr.onnx_meta import EncoderMetadata, read_encoder_metadata
+from streamasr.onnx_meta import EncoderMetadata, read_encoder_metadata, read_onnx_header
 
 log = logging.getLogger("streamasr")
 
 # Models shipped in the repository's models/ folder, by name.
 BUNDLED_DEFAULT_ORDER = ("tiny-en", "tiny-random-transducer")
 _CHUNK_TAG = re.compile(r"chunk-(\d+)-left-(\d+)")
+#: A tokens.txt larger than this is not a vocabulary (the largest released ones are ~100 kB).
+MAX_TOKENS_BYTES = 16 << 20
 
 
 def bundled_models_dir() -> Path:
@@ -110,10 +112,93 @@ def resolve_model(
         )
     encoder, meta = by_chunk[chosen]
     if kind == "ctc":
-        return ModelFiles(directory.name, kind, directory, encoder, tokens, meta)
-    decoder = _partner(onnx_files, "decoder", encoder, prefer_int8)
-    joiner = _partner(onnx_files, "joiner", encoder, prefer_int8)
-    return ModelFiles(directory.name, kind, directory, encoder, tokens, meta, decoder, joiner)
+        files = ModelFiles(directory.name, kind, directory, encoder, tokens, meta)
+    else:
+        decoder = _partner(onnx_files, "decoder", encoder, prefer_int8)
+        joiner = _partner(onnx_files, "joiner", encoder, prefer_int8)
+        files = ModelFiles(
+            directory.name, kind, directory, encoder, tokens, meta, decoder, joiner
+        )
+    check_tokens(files)
+    return files
+
+
+def model_vocab_size(files: ModelFiles) -> tuple[int, Path] | None:
+    """How many tokens the model scores, and the file that says so; None if it does not say.
+
+    The joiner's `logit` output (transducer) or the model's `log_probs` output (CTC) has the
+    vocabulary as its last dimension; the decoder's `vocab_size` metadata is the fallback.
+    Read from the ONNX header only, so it costs nothing at any model size.
+    """
+    source = files.joiner if files.kind == "transducer" else files.encoder
+    output_name = "logit" if files.kind == "transducer" else "log_probs"
+    if source is not None:
+        out = read_onnx_header(source).output(output_name)
+        if out is not None and out.shape and isinstance(out.shape[-1], int) and out.shape[-1] > 0:
+            return out.shape[-1], source
+    if files.decoder is not None:
+        raw = read_onnx_header(files.decoder).metadata.get("vocab_size", "")
+        if raw.isdigit() and int(raw) > 0:
+            return int(raw), files.decoder
+    return None
+
+
+def check_tokens(files: ModelFiles) -> int:
+    """Refuse a tokens.txt that does not fit the model, before the engine sees it.
+
+    Why: sherpa-onnx indexes tokens.txt with the model's token ids, so a short or empty file
+    ends in an IndexError later, and a binary one makes the engine exit 255 with junk on
+    stderr. Returns the number of tokens.
+    """
+    path = files.tokens
+    fix = (
+        "use the tokens.txt that came with this model (re-pull a released model with "
+        "`streamasr models pull NAME --force`)"
+    )
+    size_bytes = path.stat().st_size
+    if size_bytes > MAX_TOKENS_BYTES:
+        raise ModelError(
+            f"{path} is {size_bytes} bytes, too large for a token list "
+            f"(limit {MAX_TOKENS_BYTES}); {fix}"
+        )
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelError(
+            f"{path} is not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}), so it "
+            f"is not a token list; {fix}"
+        ) from exc
+    if "\x00" in text:
+        raise ModelError(f"{path} contains NUL bytes, so it is not a token list; {fix}")
+    ids: set[int] = set()
+    for number, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        raw_id = parts[-1]
+        if len(parts) > 2 or not raw_id.isascii() or not raw_id.isdigit():
+            raise ModelError(
+                f"{path}:{number}: expected '<symbol> <id>', got {line[:40]!r}; {fix}"
+            )
+        ids.add(int(raw_id))
+    if not ids:
+        raise ModelError(f"{path} is empty: it lists no tokens; {fix}")
+    expected = model_vocab_size(files)
+    if expected is None:
+        log.debug("%s: the model does not say its vocabulary size; not checked", path)
+        return len(ids)
+    vocab, source = expected
+    missing = [i for i in range(vocab) if i not in ids]
+    if missing:
+        raise ModelError(
+            f"{path} lists {len(ids)} tokens but {source.name} scores {vocab} "
+            f"(ids 0-{vocab - 1}; first missing id {missing[0]}), so it belongs to another "
+            f"model; {fix}"
+        )
+    if len(ids) > vocab:
+        log.debug("%s lists %d tokens, the model scores %d", path, len(ids), vocab)
+    return len(ids)
 
 
 def _model_directory(model: str | None) -> Path:

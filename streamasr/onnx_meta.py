@@ -3,7 +3,8 @@
 A sherpa-onnx streaming Zipformer fixes its chunk and look-ahead when it is exported, and
 writes them into the ONNX file's metadata (`decode_chunk_len`, `T`, `left_context_len`).
 Everything the latency arithmetic needs is there, so reading it is enough: no session, no
-inference, no onnxruntime.
+inference, no onnxruntime, and not even the weights: the file's protobuf is walked field by
+field and the initializers are seeked over, so a 260 MB encoder costs what a 2 MB one does.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from streamasr.errors import ModelError
 
@@ -52,18 +54,214 @@ class EncoderMetadata:
         return self.left_context_len[0] if self.left_context_len else 0
 
 
-def _load_metadata_props(path: Path) -> dict[str, str]:
-    """The ONNX file's metadata_props as a dict; external weight files are not loaded."""
-    import onnx  # imported here: `import streamasr` must not pay for protobuf parsing
+@dataclass(frozen=True)
+class TensorInfo:
+    """One graph input or output: its name, ONNX element type and shape.
 
+    A dimension is an int when fixed, its symbolic name (e.g. "N") when dynamic, and ""
+    when the file says nothing about it.
+    """
+
+    name: str
+    elem_type: int
+    shape: tuple[int | str, ...]
+
+
+@dataclass(frozen=True)
+class OnnxHeader:
+    """What an ONNX file says about itself, read without touching its weights."""
+
+    metadata: dict[str, str]
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+
+    def output(self, name: str) -> TensorInfo | None:
+        """The graph output called `name`, if there is one."""
+        return next((o for o in self.outputs if o.name == name), None)
+
+
+# Protobuf field numbers used below (onnx.proto): ModelProto.graph = 7,
+# ModelProto.metadata_props = 14; GraphProto.input = 11, output = 12 (initializer = 5 and
+# node = 1 hold the weights and are seeked over); ValueInfoProto.name = 1, type = 2;
+# TypeProto.tensor_type = 1; TypeProto.Tensor.elem_type = 1, shape = 2;
+# TensorShapeProto.dim = 1; Dimension.dim_value = 1, dim_param = 2;
+# StringStringEntryProto.key = 1, value = 2.
+_MODEL_GRAPH, _MODEL_METADATA = 7, 14
+_GRAPH_INPUT, _GRAPH_OUTPUT = 11, 12
+#: Largest small message (one metadata entry, one input/output description) read whole.
+_MAX_SMALL_MESSAGE = 1 << 20
+
+
+class _WireError(ValueError):
+    """The bytes are not a well-formed protobuf message."""
+
+
+def _varint_from(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise _WireError("truncated or overlong varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: bytes):
+    """(field number, wire type, value) of one in-memory message; value is int or bytes."""
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint_from(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint_from(data, pos)
+        elif wire == 1 or wire == 5:
+            size = 8 if wire == 1 else 4
+            if pos + size > len(data):
+                raise _WireError("truncated fixed-size field")
+            value, pos = data[pos:pos + size], pos + size
+        elif wire == 2:
+            length, pos = _varint_from(data, pos)
+            if pos + length > len(data):
+                raise _WireError("length-delimited field runs past its message")
+            value, pos = data[pos:pos + length], pos + length
+        else:
+            raise _WireError(f"wire type {wire} is not used by ONNX")
+        if number == 0:
+            raise _WireError("field number 0")
+        yield number, wire, value
+
+
+def _varint_at(f: BinaryIO) -> int:
+    result = shift = 0
+    while True:
+        byte = f.read(1)
+        if not byte or shift > 63:
+            raise _WireError("truncated or overlong varint")
+        result |= (byte[0] & 0x7F) << shift
+        if not byte[0] & 0x80:
+            return result
+        shift += 7
+
+
+def _walk_file(f: BinaryIO, end: int, wanted: set[int]):
+    """Walk the fields of the message in f up to offset `end`, seeking over the rest.
+
+    Yields (number, offset, length) for each length-delimited field in `wanted`, with the
+    file positioned at its payload; every other field is skipped by seeking, so its bytes
+    are never read. The caller may read or seek: the walk resumes after the field.
+    """
+    while f.tell() < end:
+        key = _varint_at(f)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise _WireError("field number 0")
+        if wire == 0:
+            _varint_at(f)
+            continue
+        if wire == 1 or wire == 5:
+            length = 8 if wire == 1 else 4
+        elif wire == 2:
+            length = _varint_at(f)
+        else:
+            raise _WireError(f"wire type {wire} is not used by ONNX")
+        start = f.tell()
+        if start + length > end:
+            raise _WireError("field runs past the end of the file (truncated?)")
+        if wire == 2 and number in wanted:
+            yield number, start, length
+        f.seek(start + length)
+
+
+def _read_small(f: BinaryIO, length: int) -> bytes:
+    if length > _MAX_SMALL_MESSAGE:
+        raise _WireError(f"a {length}-byte field where a small description was expected")
+    return f.read(length)
+
+
+def _text(raw: bytes) -> str:
     try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # onnx raises DecodeError, OSError, ... depending on the damage
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _WireError("a string field is not UTF-8") from exc
+
+
+def _tensor_info(data: bytes) -> TensorInfo:
+    name, elem_type, shape = "", 0, []
+    for number, wire, value in _fields(data):
+        if number == 1 and wire == 2:
+            name = _text(value)
+        elif number == 2 and wire == 2:  # TypeProto
+            for t_num, t_wire, t_val in _fields(value):
+                if t_num != 1 or t_wire != 2:  # only tensor_type
+                    continue
+                for n, w, v in _fields(t_val):
+                    if n == 1 and w == 0:
+                        elem_type = v
+                    elif n == 2 and w == 2:  # TensorShapeProto
+                        shape = [_dimension(d) for dn, dw, d in _fields(v) if dn == 1 and dw == 2]
+    return TensorInfo(name, elem_type, tuple(shape))
+
+
+def _dimension(data: bytes) -> int | str:
+    dim: int | str = ""
+    for number, wire, value in _fields(data):
+        if number == 1 and wire == 0:
+            dim = value - (1 << 64) if value >= 1 << 63 else value
+        elif number == 2 and wire == 2:
+            dim = _text(value)
+    return dim
+
+
+def _metadata_entry(data: bytes) -> tuple[str, str]:
+    key = value = ""
+    for number, wire, raw in _fields(data):
+        if number == 1 and wire == 2:
+            key = _text(raw)
+        elif number == 2 and wire == 2:
+            value = _text(raw)
+    return key, value
+
+
+def parse_onnx_header(f: BinaryIO, size: int) -> OnnxHeader:
+    """Read metadata_props and graph inputs/outputs from an open ONNX file of `size` bytes.
+
+    Why a reader of our own: `onnx.load` parses every initializer, so reading one encoder's
+    metadata cost its whole size in memory and time (~360 MB for a release-like folder).
+    Here only the few small fields are read; weights are seeked over, never read.
+    """
+    metadata: dict[str, str] = {}
+    inputs: list[TensorInfo] = []
+    outputs: list[TensorInfo] = []
+    for number, start, length in _walk_file(f, size, {_MODEL_GRAPH, _MODEL_METADATA}):
+        if number == _MODEL_METADATA:
+            key, value = _metadata_entry(_read_small(f, length))
+            metadata[key] = value
+            continue
+        for g_number, _, g_length in _walk_file(f, start + length, {_GRAPH_INPUT, _GRAPH_OUTPUT}):
+            info = _tensor_info(_read_small(f, g_length))
+            (inputs if g_number == _GRAPH_INPUT else outputs).append(info)
+    return OnnxHeader(metadata, tuple(inputs), tuple(outputs))
+
+
+def read_onnx_header(path: str | Path) -> OnnxHeader:
+    """`parse_onnx_header` on a file, with damage reported as a ModelError that says what to do."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            return parse_onnx_header(f, path.stat().st_size)
+    except (_WireError, OSError) as exc:
         raise ModelError(
-            f"{path} is not a readable ONNX file ({type(exc).__name__}: {exc}); "
+            f"{path} is not a readable ONNX file ({exc}); "
             "download the model again or point at the encoder .onnx file"
         ) from exc
-    return {p.key: p.value for p in model.metadata_props}
+
+
+def _load_metadata_props(path: Path) -> dict[str, str]:
+    """The ONNX file's metadata_props as a dict, read at a cost independent of its size."""
+    return read_onnx_header(path).metadata
 
 
 def _int(raw: dict[str, str], key: str, path: Path) -> int:

@@ -106,3 +106,70 @@ def test_released_name_not_yet_pulled_says_how_to_pull(tmp_path: Path, monkeypat
     monkeypatch.setenv("STREAMASR_HOME", str(tmp_path))
     with pytest.raises(ModelError, match=r"not downloaded yet; run `streamasr models pull en`"):
         resolve_model("en")
+
+
+# --- tokens.txt checked against the model before the engine loads it -------------------------
+
+_BROKEN_TOKENS = {
+    "short": "<blk> 0\n\u2581 1\nA 2\n",
+    "empty": "",
+    "binary": b"\x7fELF\x02\x01\x01\x00\xff\xfe\x00\x00garbage\x80\x81",
+    "not-symbol-id": "<blk> 0\nthis line has no id\n",
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_BROKEN_TOKENS))
+@pytest.mark.parametrize("model_name", ["tiny-random-transducer", "tiny-random-ctc"])
+def test_broken_tokens_txt_is_one_clear_line_in_a_fresh_process(
+    model_name: str, damage: str, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    source = Path(__file__).resolve().parent.parent / "models" / model_name
+    model = tmp_path / "m"
+    shutil.copytree(source, model)
+    content = _BROKEN_TOKENS[damage]
+    if isinstance(content, bytes):
+        (model / "tokens.txt").write_bytes(content)
+    else:
+        (model / "tokens.txt").write_text(content, encoding="utf-8")
+    wav = Path(__file__).resolve().parent.parent / "models" / "tiny-en" / "test_wavs" / "0.wav"
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamasr.cli", "file", str(wav), "--model", str(model)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr  # nothing from the engine, no traceback
+    assert "tokens.txt" in lines[0] and "came with this model" in lines[0]
+    expected = {
+        "short": "lists 3 tokens but ", "empty": "is empty", "binary": "is not UTF-8",
+        "not-symbol-id": ":2: expected '<symbol> <id>'",
+    }[damage]
+    assert expected in lines[0]
+    if damage == "short":
+        assert "scores 29" in lines[0]
+    assert proc.stdout == ""
+
+
+def test_vocab_size_is_read_from_the_model(random_transducer: Path, random_ctc: Path) -> None:
+    from streamasr.modeldir import check_tokens, model_vocab_size
+
+    tiny_en = Path(__file__).resolve().parent.parent / "models" / "tiny-en"
+    for directory, vocab in ((random_transducer, 29), (random_ctc, 29), (tiny_en, 395)):
+        files = resolve_model(str(directory))
+        size, source = model_vocab_size(files)
+        assert size == vocab, directory
+        assert source in (files.joiner, files.encoder)
+        assert check_tokens(files) >= vocab
+
+
+def test_tokens_longer_than_the_vocabulary_are_accepted(
+    random_transducer: Path, tmp_path: Path
+) -> None:
+    model = tmp_path / "m"
+    shutil.copytree(random_transducer, model)
+    with (model / "tokens.txt").open("a", encoding="utf-8") as f:
+        f.write("<extra> 29\n")
+    assert resolve_model(str(model)).tokens == model / "tokens.txt"
