@@ -19,6 +19,14 @@ Usage::
     pip install importlib_resources kaldifst
     python scripts/make_test_models.py            # writes models/tiny-random-*/
     python scripts/make_test_models.py --check    # and decodes a test wav with sherpa-onnx
+    python scripts/make_test_models.py --size full   # full-size exports into build/full/
+
+``--size full`` builds the released en-2023-06-26 architecture (the package's defaults,
+~66 M parameters, 500 tokens) with random weights into ``build/full/full-random-en``:
+chunk 16 at left 64 and 128 and chunk 32 at left 64, fp32 and int8, laid out like the
+release. It is for measuring speed and memory at real size, takes minutes on 2 cores and
+~1.3 GB of disk, and is not committed; it is reused if already there. The package builds
+only Zipformer2, so the 20 M en-20M model (a first-generation Zipformer) is not built.
 """
 
 from __future__ import annotations
@@ -72,6 +80,28 @@ TINY_ARCH: dict[str, str | int] = {
     "joiner_dim": 32,
     "context_size": 2,
 }
+
+
+# The package's defaults: the architecture of the released en-2023-06-26 model.
+FULL_ARCH: dict[str, str | int] = {
+    "num_encoder_layers": "2,2,3,4,3,2",
+    "downsampling_factor": "1,2,4,8,4,2",
+    "feedforward_dim": "512,768,1024,1536,1024,768",
+    "num_heads": "4,4,4,8,4,4",
+    "encoder_dim": "192,256,384,512,384,256",
+    "encoder_unmasked_dim": "192,192,256,256,256,192",
+    "query_head_dim": "32",
+    "value_head_dim": "12",
+    "pos_head_dim": "4",
+    "pos_dim": 48,
+    "cnn_module_kernel": "31,31,15,15,15,31",
+    "decoder_dim": 512,
+    "joiner_dim": 512,
+    "context_size": 2,
+}
+FULL_VOCAB_SIZE = 500  # the released model's BPE vocabulary size
+FULL_EXPORTS = ((16, 64), (16, 128), (32, 64))  # (chunk, left), as the release ships them
+FULL_NAME = "full-random-en"
 
 
 def write_tokens(path: Path, tokens: list[str] = TOKENS) -> None:
@@ -169,6 +199,51 @@ def build_random(params: AttributeDict, seed: int) -> torch.nn.Module:
     return model
 
 
+def perturb_every_parameter(model: torch.nn.Module, seed: int, scale: float = 0.05) -> None:
+    """Give every layer its own weights.
+
+    The package builds each encoder stack by deep-copying one layer, so freshly built
+    layers of a stack are identical; the ONNX exporter then stores each shared tensor once
+    (a 86 MB instead of 261 MB encoder) and int8 quantisation skips those MatMuls. Adding
+    independent noise to every parameter makes the export the size of a trained model.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            noise = torch.randn(param.shape, generator=gen, dtype=param.dtype)
+            param.add_(noise * scale * (param.abs().mean() + 1e-3))
+
+
+def make_full(out_dir: Path, seed: int) -> list[Path]:
+    """Full-size random exports laid out like the release; skipped when already complete."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wanted = [
+        out_dir / f"{role}-epoch-0-avg-1-chunk-{chunk}-left-{left}{prec}.onnx"
+        for chunk, left in FULL_EXPORTS
+        for role, prec in (
+            ("encoder", ""), ("encoder", ".int8"), ("decoder", ""),
+            ("joiner", ""), ("joiner", ".int8"),
+        )
+    ]
+    if all(p.is_file() for p in wanted) and (out_dir / "tokens.txt").is_file():
+        print(f"reusing {out_dir}")
+        return wanted
+    params = model_params(
+        use_transducer=True, use_ctc=False, chunk=FULL_EXPORTS[0][0], left=FULL_EXPORTS[0][1],
+        arch=FULL_ARCH, vocab_size=FULL_VOCAB_SIZE,
+    )
+    params.enable_int8_quantization = True
+    model = build_random(params, seed)
+    perturb_every_parameter(model, seed + 2)
+    for chunk, left in FULL_EXPORTS:
+        print(f"exporting chunk {chunk} left {left} ...", flush=True)
+        export_streaming(model, params, out_dir, chunk, left)
+    # Tokens in sherpa-onnx format; a random model's text is meaningless anyway.
+    full_tokens = TOKENS + [f"{WORD_BOUNDARY}W{i}" for i in range(FULL_VOCAB_SIZE - len(TOKENS))]
+    write_tokens(out_dir / "tokens.txt", full_tokens)
+    return wanted
+
+
 def make_transducer(out_dir: Path, seed: int) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     params = model_params(
@@ -230,7 +305,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--out-dir", type=Path, default=Path("models"))
+    parser.add_argument(
+        "--out-dir", type=Path, default=None,
+        help="where to write (default: models/, or build/full/ with --size full)",
+    )
+    parser.add_argument(
+        "--size", choices=("tiny", "full"), default="tiny",
+        help="tiny: the committed test models; full: the released architecture, not committed",
+    )
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument(
         "--check",
@@ -242,6 +324,12 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)
+    if args.size == "full":
+        out = (args.out_dir or Path("build") / "full") / FULL_NAME
+        for f in make_full(out, args.seed):
+            print(f"{f.stat().st_size:>11} bytes  {f}")
+        return
+    args.out_dir = args.out_dir or Path("models")
 
     make_transducer(args.out_dir / "tiny-random-transducer", args.seed)
     make_ctc(args.out_dir / "tiny-random-ctc", args.seed)
