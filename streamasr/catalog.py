@@ -1,13 +1,14 @@
-"""Released sherpa-onnx streaming models that `streamasr models pull` knows by name.
+"""The one table of released models: where each lives and the settings it was exported with.
 
-Each entry is one GitHub release asset of k2-fsa/sherpa-onnx (tag `asr-models`). The
-release page publishes no checksums, so `archive_sha256` and `archive_bytes` are filled in
-only where the same value is recorded by several independent projects that downloaded the
-asset; elsewhere they are None, and the first download records the sha256 of the archive and
-of every extracted file in the model's manifest (see `streamasr.store`).
+Everything else looks names up here: `models pull` (URL, checksum, size cap), `models list`,
+`file --model NAME` (through the cache), and `latency --model NAME` (export settings, so the
+budget needs no download).
 
-The short aliases are the ones `streamasr latency` accepts (`latency.PUBLISHED_ALIASES`); a
-test keeps the two tables in step.
+Checksums: sherpa-onnx's release page publishes none, so `archive_sha256` is filled in only
+where the same value is recorded by several independent projects that downloaded the asset.
+For `.nemo` files on Hugging Face it is the sha256 of the Git LFS object that the file page
+lists. Everywhere else it is None, and the first download records the sha256 of the archive
+and of every installed file in the model's manifest (see `streamasr.store`).
 """
 
 from __future__ import annotations
@@ -17,23 +18,84 @@ from dataclasses import dataclass
 from streamasr.errors import ModelError
 
 RELEASE_URL = "https://github.com/k2-fsa/sherpa-onnx/releases/download/asr-models/{name}.tar.bz2"
+HF_FILE_URL = "https://huggingface.co/{repo}/resolve/main/{file}"
+NEMO_STEP_MS = 80.0  # FastConformer: 8x subsampling of 10 ms frames
+CHUNK_FRAME_MS = 20.0  # --chunk counts 50 Hz frames
+ZIPFORMER2_PAD = 13  # T - decode_chunk_len: 7 for the subsampling convs + 2 x 3 for ConvNeXt
+ZIPFORMER_PAD = 7  # zipformer (v1): the subsampling convs only
+
+
+@dataclass(frozen=True)
+class ZipformerExport:
+    """One exported chunk setting of a streaming Zipformer, as its encoder metadata says."""
+
+    model_type: str  # "zipformer2" or "zipformer"
+    decode_chunk_len: int  # 100 Hz fbank frames per encoder step
+    T: int  # fbank frames each step reads (named as the metadata key is)
+    left_context: int  # 50 Hz frames of attention history; 0 when not published
+
+    @property
+    def chunk(self) -> int:
+        """Chunk in 50 Hz frames (16 = 320 ms)."""
+        return self.decode_chunk_len // 2
+
+    @property
+    def chunk_ms(self) -> float:
+        return self.decode_chunk_len * 10.0
+
+    @property
+    def lookahead_ms(self) -> float:
+        return (self.T - self.decode_chunk_len) * 10.0
+
+
+def zipformer2(chunk: int, left_context: int) -> ZipformerExport:
+    return ZipformerExport("zipformer2", 2 * chunk, 2 * chunk + ZIPFORMER2_PAD, left_context)
+
+
+def zipformer1(chunk: int, left_context: int) -> ZipformerExport:
+    return ZipformerExport("zipformer", 2 * chunk, 2 * chunk + ZIPFORMER_PAD, left_context)
+
+
+@dataclass(frozen=True)
+class AttContext:
+    """A NeMo cache-aware `att_context_size=[left, right]` the model was trained with."""
+
+    left: int  # encoder steps of 80 ms
+    right: int
+
+    @property
+    def chunk_ms(self) -> float:
+        return (self.right + 1) * NEMO_STEP_MS
+
+    @property
+    def lookahead_ms(self) -> float:
+        return self.right * NEMO_STEP_MS
+
+    @property
+    def chunk(self) -> int:
+        """The chunk in 50 Hz frames, the unit of `--chunk` (80 ms = 4)."""
+        return int(self.chunk_ms // CHUNK_FRAME_MS)
 
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """One released model: where its archive lives and what it is."""
+    """One released model: where it lives, what it is, how it was exported."""
 
-    name: str  # release name, also the archive's top folder and the cache folder
+    name: str  # release name: the archive's top folder and the cache folder
     aliases: tuple[str, ...]
     url: str
     archive_sha256: str | None  # None: not published; recorded on first download
-    language: str
-    kind: str  # "transducer" or "ctc"
-    chunks: tuple[int, ...]  # exported chunk sizes, 50 Hz frames (16 = 320 ms)
-    token_type: str  # sherpa-onnx modeling unit: "bpe", "cjkchar+bpe", ...
-    size_mb: float  # archive size in MiB (approximate when archive_bytes is None)
+    language: str  # "en", "zh", "zh+en"
+    kind: str  # "transducer", "ctc" or "hybrid" (RNNT + CTC heads)
+    token_type: str  # sherpa-onnx modeling unit: "bpe", "cjkchar", "cjkchar+bpe"
+    size_mb: float  # download size in MiB (approximate when archive_bytes is None)
     description: str
-    archive_bytes: int | None = None  # exact archive size when known
+    archive_bytes: int | None = None  # exact download size when known
+    engine: str = "sherpa-onnx"  # "sherpa-onnx" (CPU, this package) or "nemo" (planned)
+    exports: tuple[ZipformerExport, ...] = ()  # sherpa-onnx Zipformer exports
+    att_context_sizes: tuple[AttContext, ...] = ()  # NeMo FastConformer look-aheads
+    params_m: float | None = None  # millions of parameters, where published
+    file_name: str | None = None  # a single-file model (.nemo): its name; None: a tarball
 
     @property
     def short_name(self) -> str:
@@ -42,13 +104,35 @@ class CatalogEntry:
 
     @property
     def size_label(self) -> str:
-        """Archive size for tables: exact when known, else marked approximate."""
+        """Download size for tables: exact when known, else marked approximate."""
         prefix = "" if self.archive_bytes is not None else "~"
         return f"{prefix}{self.size_mb:.0f} MB"
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """Chunk sizes in 50 Hz frames (16 = 320 ms), whichever family the model is."""
+        if self.exports:
+            return tuple(dict.fromkeys(e.chunk for e in self.exports))
+        return tuple(a.chunk for a in self.att_context_sizes)
+
+    @property
+    def chunk_label(self) -> str:
+        """`320 ms` or `80/560/1120 ms`, for tables."""
+        values = [e.chunk_ms for e in self.exports] or [a.chunk_ms for a in self.att_context_sizes]
+        unique = list(dict.fromkeys(values))
+        return "/".join(f"{v:.0f}" for v in unique) + " ms"
+
+    @property
+    def single_file(self) -> bool:
+        return self.file_name is not None
 
 
 def _release(name: str) -> str:
     return RELEASE_URL.format(name=name)
+
+
+def _nemo_contexts(*rights: int) -> tuple[AttContext, ...]:
+    return tuple(AttContext(70, r) for r in rights)
 
 
 CATALOG: tuple[CatalogEntry, ...] = (
@@ -59,12 +143,13 @@ CATALOG: tuple[CatalogEntry, ...] = (
         archive_sha256="639e25b578e9e997131402199419c13a941f8e4e198e2da1ce57dbf5cf401282",
         language="en",
         kind="transducer",
-        chunks=(16,),
         token_type="bpe",
         size_mb=296.0,
         archive_bytes=310_414_022,
         description="Zipformer2 transducer, 66 M params, LibriSpeech; exports with left "
         "context 64 and 128, fp32 and int8.",
+        exports=(zipformer2(16, 128), zipformer2(16, 64)),
+        params_m=66.0,
     ),
     CatalogEntry(
         name="sherpa-onnx-streaming-zipformer-en-20M-2023-02-17",
@@ -73,11 +158,25 @@ CATALOG: tuple[CatalogEntry, ...] = (
         archive_sha256="9c559283e8498d3fe95913c79ca1cb454bb26281ac2b102b41306c7d752765d9",
         language="en",
         kind="transducer",
-        chunks=(16,),
         token_type="bpe",
         size_mb=122.0,
         archive_bytes=127_887_156,
         description="Small zipformer (v1) transducer, 20 M params, LibriSpeech; fp32 and int8.",
+        exports=(zipformer1(16, 64),),
+        params_m=20.0,
+    ),
+    CatalogEntry(
+        name="sherpa-onnx-streaming-zipformer-en-kroko-2025-08-06",
+        aliases=("en-kroko",),
+        url=_release("sherpa-onnx-streaming-zipformer-en-kroko-2025-08-06"),
+        archive_sha256=None,
+        language="en",
+        kind="transducer",
+        token_type="bpe",
+        size_mb=55.0,
+        description="Kroko (Banafo) English streaming Zipformer2, 1.28 s chunks: the first "
+        "decode comes after about 1.4 s of audio, then one every 1.28 s.",
+        exports=(zipformer2(64, 0),),
     ),
     CatalogEntry(
         name="sherpa-onnx-streaming-zipformer-bilingual-zh-en-2023-02-20",
@@ -86,11 +185,11 @@ CATALOG: tuple[CatalogEntry, ...] = (
         archive_sha256="27ffbd9ee24ad186d99acc2f6354d7992b27bcab490812510665fa8f9389c5f8",
         language="zh+en",
         kind="transducer",
-        chunks=(16,),
         token_type="cjkchar+bpe",
         size_mb=488.0,
         archive_bytes=511_274_346,
         description="Zipformer (v1) transducer for mixed Mandarin and English speech.",
+        exports=(zipformer1(16, 64),),
     ),
     CatalogEntry(
         name="sherpa-onnx-streaming-zipformer-multi-zh-hans-2023-12-12",
@@ -99,10 +198,10 @@ CATALOG: tuple[CatalogEntry, ...] = (
         archive_sha256=None,
         language="zh",
         kind="transducer",
-        chunks=(16,),
         token_type="bpe",
         size_mb=296.0,
         description="Zipformer2 transducer, Mandarin, trained on 14k hours (multi_zh-hans).",
+        exports=(zipformer2(16, 128),),
     ),
     CatalogEntry(
         name="sherpa-onnx-streaming-zipformer-ctc-multi-zh-hans-2023-12-13",
@@ -111,10 +210,123 @@ CATALOG: tuple[CatalogEntry, ...] = (
         archive_sha256=None,
         language="zh",
         kind="ctc",
-        chunks=(16,),
         token_type="bpe",
         size_mb=236.0,
         description="Zipformer2 CTC, Mandarin, trained on 14k hours (multi_zh-hans).",
+        exports=(zipformer2(16, 128),),
+    ),
+    CatalogEntry(
+        name="sherpa-onnx-streaming-zipformer-zh-int8-2025-06-30",
+        aliases=("zh-2025",),
+        url=_release("sherpa-onnx-streaming-zipformer-zh-int8-2025-06-30"),
+        archive_sha256=None,
+        language="zh",
+        kind="transducer",
+        token_type="cjkchar",
+        size_mb=160.0,
+        description="Newer Mandarin Zipformer2 transducer, int8 only. Its chunk is not "
+        "published: chunk 16 is the recipe's default; `latency --model DIR` reads the real one.",
+        exports=(zipformer2(16, 0),),
+    ),
+    CatalogEntry(
+        name="sherpa-onnx-nemo-streaming-fast-conformer-transducer-en-80ms",
+        aliases=("nemo-fc-80ms",),
+        url=_release("sherpa-onnx-nemo-streaming-fast-conformer-transducer-en-80ms"),
+        archive_sha256=None,
+        language="en",
+        kind="transducer",
+        token_type="bpe",
+        size_mb=429.0,
+        description="NeMo stt_en_fastconformer_hybrid_large_streaming_80ms exported for "
+        "sherpa-onnx (transducer head): att_context_size [70,1], 80 ms look-ahead.",
+        att_context_sizes=_nemo_contexts(1),
+        params_m=114.0,
+    ),
+    CatalogEntry(
+        name="sherpa-onnx-nemo-streaming-fast-conformer-transducer-en-480ms",
+        aliases=("nemo-fc-480ms",),
+        url=_release("sherpa-onnx-nemo-streaming-fast-conformer-transducer-en-480ms"),
+        archive_sha256=None,
+        language="en",
+        kind="transducer",
+        token_type="bpe",
+        size_mb=429.0,
+        description="NeMo stt_en_fastconformer_hybrid_large_streaming_480ms for sherpa-onnx: "
+        "att_context_size [70,6], 480 ms look-ahead.",
+        att_context_sizes=_nemo_contexts(6),
+        params_m=114.0,
+    ),
+    CatalogEntry(
+        name="sherpa-onnx-nemo-streaming-fast-conformer-transducer-en-1040ms",
+        aliases=("nemo-fc-1040ms",),
+        url=_release("sherpa-onnx-nemo-streaming-fast-conformer-transducer-en-1040ms"),
+        archive_sha256=None,
+        language="en",
+        kind="transducer",
+        token_type="bpe",
+        size_mb=429.0,
+        description="NeMo stt_en_fastconformer_hybrid_large_streaming_1040ms for sherpa-onnx: "
+        "att_context_size [70,13], 1040 ms look-ahead.",
+        att_context_sizes=_nemo_contexts(13),
+        params_m=114.0,
+    ),
+    CatalogEntry(
+        name="stt_en_fastconformer_hybrid_large_streaming_multi",
+        aliases=("nemo-fastconformer-multi",),
+        url=HF_FILE_URL.format(
+            repo="nvidia/stt_en_fastconformer_hybrid_large_streaming_multi",
+            file="stt_en_fastconformer_hybrid_large_streaming_multi.nemo",
+        ),
+        archive_sha256="8db5289d5238aca839b84f5afdd66eb1aa64413feb9c2a915940b291012aff8b",
+        language="en",
+        kind="hybrid",
+        token_type="bpe",
+        size_mb=459_673_600 / (1 << 20),
+        archive_bytes=459_673_600,
+        description="NeMo cache-aware FastConformer, hybrid RNNT+CTC, trained with look-ahead "
+        "1040/480/80/0 ms ([70,13], [70,6], [70,1], [70,0]); for the NeMo engine.",
+        engine="nemo",
+        att_context_sizes=_nemo_contexts(13, 6, 1, 0),
+        params_m=114.0,
+        file_name="stt_en_fastconformer_hybrid_large_streaming_multi.nemo",
+    ),
+    CatalogEntry(
+        name="parakeet_realtime_eou_120m-v1",
+        aliases=("parakeet-eou-120m",),
+        url=HF_FILE_URL.format(
+            repo="nvidia/parakeet_realtime_eou_120m-v1",
+            file="parakeet_realtime_eou_120m-v1.nemo",
+        ),
+        archive_sha256=None,
+        language="en",
+        kind="transducer",
+        token_type="bpe",
+        size_mb=460.0,
+        description="NeMo cache-aware FastConformer RNNT that emits an end-of-utterance "
+        "token, att_context_size [70,1] (80 ms look-ahead); for the NeMo engine.",
+        engine="nemo",
+        att_context_sizes=_nemo_contexts(1),
+        params_m=120.0,
+        file_name="parakeet_realtime_eou_120m-v1.nemo",
+    ),
+    CatalogEntry(
+        name="nemotron-speech-streaming-en-0.6b",
+        aliases=("nemotron-streaming-0.6b",),
+        url=HF_FILE_URL.format(
+            repo="nvidia/nemotron-speech-streaming-en-0.6b",
+            file="nemotron-speech-streaming-en-0.6b.nemo",
+        ),
+        archive_sha256=None,
+        language="en",
+        kind="transducer",
+        token_type="bpe",
+        size_mb=2358.0,
+        description="NVIDIA Nemotron Speech Streaming, cache-aware FastConformer RNNT, 0.6 B; "
+        "chunks 80-1120 ms ([70,0], [70,1], [70,6], [70,13]); for the NeMo engine.",
+        engine="nemo",
+        att_context_sizes=_nemo_contexts(13, 6, 1, 0),
+        params_m=600.0,
+        file_name="nemotron-speech-streaming-en-0.6b.nemo",
     ),
 )
 

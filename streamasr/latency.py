@@ -24,7 +24,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from streamasr.errors import ModelError, UsageError
+from streamasr import catalog
+from streamasr.errors import ModelError, ModelMismatchError, UsageError
 from streamasr.mask import UNLIMITED, validate_att_context_size
 from streamasr.onnx_meta import EncoderMetadata
 
@@ -43,78 +44,95 @@ ZIPFORMER_PAD_FRAMES = 7  # zipformer (v1): the subsampling convs only
 
 @dataclass(frozen=True)
 class PublishedExport:
-    """The export settings of a released sherpa-onnx streaming Zipformer, as published.
+    """A released model's export settings, as the catalog records them (`streamasr.catalog`).
 
-    These are the values the released encoder files carry in their metadata; they are kept
-    here so `streamasr latency --model en-20M` works without downloading anything.
+    These are the values the released encoder files carry in their metadata, so
+    `streamasr latency --model en-20M` works without downloading anything.
     """
 
     release: str
     model_type: str
     chunk: int  # 50 Hz frames
-    left_context: int  # 50 Hz frames (left_context_len of the first stack)
+    left_context: int  # 50 Hz frames (left_context_len of the first stack); 0: not published
     decode_chunk_len: int
     T: int  # named as the metadata key is
 
 
-def _zipformer2(release: str, left: int) -> PublishedExport:
-    return PublishedExport(release, "zipformer2", 16, left, 32, 32 + ZIPFORMER2_PAD_FRAMES)
+def _exports_of(entry: catalog.CatalogEntry) -> tuple[PublishedExport, ...]:
+    return tuple(
+        PublishedExport(entry.name, e.model_type, e.chunk, e.left_context, e.decode_chunk_len, e.T)
+        for e in entry.exports
+    )
 
 
-def _zipformer(release: str, left: int) -> PublishedExport:
-    return PublishedExport(release, "zipformer", 16, left, 32, 32 + ZIPFORMER_PAD_FRAMES)
-
-
-#: Published export settings of released streaming Zipformers (sherpa-onnx model releases).
-#: zipformer2 exports: decode_chunk_len 32, T 45 (chunk 16, 13 frames of front-end
-#: look-ahead); zipformer (v1, pruned_transducer_stateless7_streaming): T 39, 4 left chunks.
+#: Views of the catalog, by release name and by alias (the catalog is the one table).
 PUBLISHED_EXPORTS: dict[str, tuple[PublishedExport, ...]] = {
-    "sherpa-onnx-streaming-zipformer-en-20M-2023-02-17": (
-        _zipformer("sherpa-onnx-streaming-zipformer-en-20M-2023-02-17", 64),
-    ),
-    "sherpa-onnx-streaming-zipformer-en-2023-06-26": (
-        _zipformer2("sherpa-onnx-streaming-zipformer-en-2023-06-26", 128),
-        _zipformer2("sherpa-onnx-streaming-zipformer-en-2023-06-26", 64),
-    ),
-    "sherpa-onnx-streaming-zipformer-bilingual-zh-en-2023-02-20": (
-        _zipformer("sherpa-onnx-streaming-zipformer-bilingual-zh-en-2023-02-20", 64),
-    ),
-    "sherpa-onnx-streaming-zipformer-multi-zh-hans-2023-12-12": (
-        _zipformer2("sherpa-onnx-streaming-zipformer-multi-zh-hans-2023-12-12", 128),
-    ),
+    entry.name: _exports_of(entry) for entry in catalog.CATALOG if entry.exports
 }
 PUBLISHED_ALIASES: dict[str, str] = {
-    "en-20M": "sherpa-onnx-streaming-zipformer-en-20M-2023-02-17",
-    "en": "sherpa-onnx-streaming-zipformer-en-2023-06-26",
-    "bilingual-zh-en": "sherpa-onnx-streaming-zipformer-bilingual-zh-en-2023-02-20",
-    "multi-zh-hans": "sherpa-onnx-streaming-zipformer-multi-zh-hans-2023-12-12",
+    alias: entry.name for entry in catalog.CATALOG for alias in entry.aliases
 }
 
 
 def is_published_name(name: str) -> bool:
-    """True when `name` is a released model's short or full name."""
-    return name in PUBLISHED_ALIASES or name in PUBLISHED_EXPORTS
+    """True when `name` is a released model's short or full name (any catalog entry)."""
+    return catalog.find(name) is not None
 
 
 def published_export(name: str, chunk: int | None = None) -> PublishedExport:
-    """Look up a released model by alias or release name; the first export if several."""
-    release = PUBLISHED_ALIASES.get(name, name)
-    exports = PUBLISHED_EXPORTS.get(release)
-    if exports is None:
-        valid = ", ".join(f"{a} ({r})" for a, r in PUBLISHED_ALIASES.items())
+    """A released Zipformer's export by alias or release name; the first one if several."""
+    entry = catalog.find(name)
+    if entry is None:
         raise ModelError(
-            f"unknown model {name!r}. Known released models: {valid}; "
+            f"unknown model {name!r}. Known released models: {catalog.known_names()}; "
             "or pass --model DIR with a sherpa-onnx streaming model directory"
         )
+    exports = _exports_of(entry)
+    if not exports:
+        raise ModelError(f"{entry.name} is a NeMo FastConformer, not a Zipformer export")
     if chunk is not None:
-        exports = tuple(e for e in exports if e.chunk == chunk)
-        if not exports:
-            have = sorted({e.chunk for e in PUBLISHED_EXPORTS[release]})
-            raise ModelError(
-                f"{release} has no export for --chunk {chunk}; it was released with chunk "
+        chosen = tuple(e for e in exports if e.chunk == chunk)
+        if not chosen:
+            have = sorted({e.chunk for e in exports})
+            raise ModelMismatchError(
+                f"{entry.name} has no export for --chunk {chunk}; it was released with chunk "
                 f"{', '.join(map(str, have))} (50 Hz frames, 16 = 320 ms)"
             )
+        exports = chosen
     return exports[0]
+
+
+def catalog_budget(name: str, chunk: int | None = None) -> LatencyBudget:
+    """The budget of any catalog model from its recorded settings: a Zipformer export, or
+    a NeMo `att_context_size` (`--chunk` picks among the trained look-aheads, in 50 Hz
+    frames: 80 ms = 4)."""
+    entry = catalog.lookup(name)
+    if entry.exports:
+        return budget_from_published(published_export(name, chunk))
+    contexts = entry.att_context_sizes
+    if chunk is not None:
+        contexts = tuple(a for a in contexts if a.chunk == chunk)
+        if not contexts:
+            have = ", ".join(
+                f"{a.chunk} ([{a.left},{a.right}], {a.chunk_ms:.0f} ms)"
+                for a in entry.att_context_sizes
+            )
+            raise ModelMismatchError(
+                f"{entry.name} was not trained for --chunk {chunk}; its chunks are {have} "
+                "(50 Hz frames)"
+            )
+    context = contexts[0]
+    budget = nemo_budget(context.left, context.right)
+    trained = ", ".join(f"[{a.left},{a.right}]" for a in entry.att_context_sizes)
+    note = (
+        f"{entry.name} ({entry.engine}): trained look-aheads {trained}; "
+        "pick another with --chunk (50 Hz frames)"
+    )
+    return replace(
+        budget, title=f"{budget.title} ({entry.name}, catalog settings)",
+        settings=dict(budget.settings, model=entry.name, engine=entry.engine),
+        notes=(*budget.notes, note),
+    )
 
 
 @dataclass(frozen=True)
@@ -677,6 +695,7 @@ __all__ = [
     "budget_for_zipformer2_chunk",
     "budget_from_metadata",
     "budget_from_published",
+    "catalog_budget",
     "chunk_budget",
     "is_published_name",
     "measure_engine",

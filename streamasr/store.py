@@ -2,10 +2,15 @@
 
 Model downloads break, and a tool that unpacks straight into its cache leaves half a model
 there when they do. Here an archive is downloaded to `<cache>/<name>.tar.bz2.part` (resumed
-with an HTTP Range request after a dropped connection), checked against the sha256 the
-catalog or the user gives, unpacked into a temporary folder inside the cache with every
-member checked, and only then renamed into place. The sha256 of every extracted file goes
-into `<model>/.streamasr-manifest.json`, which `verify` checks later.
+with an HTTP Range request after a dropped connection or a stall), checked against the sha256
+the catalog or the user gives, unpacked into a fresh temporary folder inside the cache, and
+only then renamed into place. The sha256 of every extracted file goes into
+`<model>/.streamasr-manifest.json`, which `verify` checks later. A single-file model (a NeMo
+`.nemo`) takes the same path without the unpacking.
+
+Unpacking trusts neither `tarfile.extract` nor `Path.resolve()`: a model needs no links, so
+any link, device or FIFO refuses the whole archive, and every file is written by this module
+with O_NOFOLLOW | O_EXCL under directories it opened itself, counting the bytes against a cap.
 
 Nothing here prints: progress goes to an injected callback, details to the "streamasr" logger.
 """
@@ -17,6 +22,7 @@ import hashlib
 import http.client
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -26,6 +32,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -45,6 +52,17 @@ PART_SUFFIX = ".tar.bz2.part"
 BLOCK_BYTES = 1 << 16
 DEFAULT_RETRIES = 3
 DEFAULT_TIMEOUT_S = 30.0
+#: A download that brings fewer bytes than this in one timeout window has stalled.
+MIN_WINDOW_BYTES = 16 << 10
+#: Unpacked-size cap: a catalog model may unpack to CATALOG_SIZE_FACTOR x its download size
+#: (weights barely compress, so a real release unpacks to about 1-1.2x); any other archive
+#: to ARCHIVE_SIZE_FACTOR x its own size, but at least MIN_CAP_MB; a single-file model to
+#: DEFAULT_SINGLE_FILE_MB unless the catalog knows its size. --max-unpacked-mb overrides all.
+CATALOG_SIZE_FACTOR = 3
+ARCHIVE_SIZE_FACTOR = 20
+MIN_CAP_MB = 256
+DEFAULT_SINGLE_FILE_MB = 8192
+NEMO_SUFFIX = ".nemo"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _CONTENT_RANGE_RE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
@@ -78,9 +96,14 @@ def find_cached(name: str, cache: Path | None = None) -> Path | None:
     if not _NAME_RE.match(name):
         return None
     directory = (cache or cache_dir()) / canonical_name(name)
+    return directory if is_model_folder(directory) else None
+
+
+def is_model_folder(directory: Path) -> bool:
+    """A complete install: a sherpa-onnx folder (tokens.txt) or a single-file `.nemo` model."""
     if (directory / "tokens.txt").is_file():
-        return directory
-    return None
+        return True
+    return (directory / MANIFEST_NAME).is_file() and any(directory.glob(f"*{NEMO_SUFFIX}"))
 
 
 @dataclass(frozen=True)
@@ -100,7 +123,7 @@ def installed_models(cache: Path | None = None) -> list[InstalledModel]:
     return [
         InstalledModel(p.name, p, (p / MANIFEST_NAME).is_file())
         for p in sorted(root.iterdir())
-        if p.is_dir() and not p.name.startswith(".") and (p / "tokens.txt").is_file()
+        if p.is_dir() and not p.name.startswith(".") and is_model_folder(p)
     ]
 
 
@@ -113,10 +136,12 @@ class PullTarget:
     expected_sha256: str | None
     expected_bytes: int | None
     checksum_source: str | None  # "catalog", "--sha256" or None (recorded on first download)
+    file_name: str | None = None  # a single-file model (.nemo): installed under this name
+    catalog_mb: float | None = None  # the catalog's download size, for the size cap
 
 
 def pull_target(name: str, url: str | None = None, sha256: str | None = None,
-                have_archive: bool = False) -> PullTarget:
+                have_archive: bool = False, archive_name: str | None = None) -> PullTarget:
     """Resolve a name plus overrides; a custom name needs --url or --archive."""
     if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
         raise UsageError(f"--sha256 must be 64 hex digits, got {sha256!r}")
@@ -128,13 +153,48 @@ def pull_target(name: str, url: str | None = None, sha256: str | None = None,
             raise UsageError(
                 f"model name {name!r} cannot be a folder name; use letters, digits, '.', '_', '-'"
             )
-        return PullTarget(name, url, _lower(sha256), None, "--sha256" if sha256 else None)
+        source_name = archive_name or PurePosixPath(urlparse(url or "").path).name
+        return PullTarget(
+            name, url, _lower(sha256), None, "--sha256" if sha256 else None,
+            _single_file_name(source_name),
+        )
+    file_name = entry.file_name
     if sha256 is not None:
-        return PullTarget(entry.name, url or entry.url, sha256.lower(), None, "--sha256")
+        return PullTarget(
+            entry.name, url or entry.url, sha256.lower(), None, "--sha256", file_name,
+            entry.size_mb,
+        )
     source = "catalog" if entry.archive_sha256 else None
     return PullTarget(
-        entry.name, url or entry.url, entry.archive_sha256, entry.archive_bytes, source
+        entry.name, url or entry.url, entry.archive_sha256, entry.archive_bytes, source,
+        file_name, entry.size_mb,
     )
+
+
+def _single_file_name(source_name: str) -> str | None:
+    """A `.nemo` download is installed as one file under its own (safe) name."""
+    if not source_name.endswith(NEMO_SUFFIX):
+        return None
+    return source_name if _NAME_RE.match(source_name) else "model.nemo"
+
+
+def unpacked_cap_bytes(target: PullTarget, source_bytes: int, max_unpacked_mb: float | None
+                       ) -> int:
+    """How many bytes a pull may install; the rule is in the constants above."""
+    if max_unpacked_mb is not None:
+        return int(max_unpacked_mb * (1 << 20))
+    if target.catalog_mb is not None:
+        return int(CATALOG_SIZE_FACTOR * max(target.catalog_mb, 1.0) * (1 << 20))
+    if target.file_name is not None:
+        return DEFAULT_SINGLE_FILE_MB << 20
+    return max(ARCHIVE_SIZE_FACTOR * source_bytes, MIN_CAP_MB << 20)
+
+
+def part_path(root: Path, target: PullTarget) -> Path:
+    """Where a download of `target` collects its bytes until it is complete and checked."""
+    if target.file_name is not None:
+        return root / f"{target.name}{NEMO_SUFFIX}.part"
+    return root / f"{target.name}{PART_SUFFIX}"
 
 
 def _lower(value: str | None) -> str | None:
@@ -169,11 +229,24 @@ def pull(
     retries: int = DEFAULT_RETRIES,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     retry_wait_s: float = 1.0,
+    max_unpacked_mb: float | None = None,
+    min_window_bytes: int = MIN_WINDOW_BYTES,
 ) -> PullResult:
-    """Download (or take `archive`), check, unpack safely and install a model into the cache."""
+    """Download (or take `archive`), check, unpack safely and install a model into the cache.
+
+    A resumed download that fails its checksum (or does not unpack) is fetched again from
+    byte zero, once: the bytes kept from an earlier run were the damaged part. `force`
+    reinstalls, and discards any `.part` file first.
+    """
     if url is not None and archive is not None:
         raise UsageError("give either --url or --archive, not both")
-    target = pull_target(name, url, sha256, have_archive=archive is not None)
+    _check_positive("--timeout", timeout_s)
+    if max_unpacked_mb is not None:
+        _check_positive("--max-unpacked-mb", max_unpacked_mb)
+    target = pull_target(
+        name, url, sha256, have_archive=archive is not None,
+        archive_name=archive.name if archive is not None else None,
+    )
     root = cache or cache_dir()
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -186,45 +259,86 @@ def pull(
     say = stage or (lambda _text: None)
     with _locked(root, target.name):
         _remove_stale_temps(root, target.name)
-        part = root / f"{target.name}{PART_SUFFIX}"
-        if (final / "tokens.txt").is_file() and not force:
+        part = part_path(root, target)
+        if is_model_folder(final) and not force:
             part.unlink(missing_ok=True)  # left by a pull killed after its last rename
             return PullResult(target.name, final, already_installed=True)
+        if force:
+            part.unlink(missing_ok=True)
         resumed_from = downloaded = 0
-        if archive is not None:
-            source_path, source_label = _local_archive(archive), str(archive)
-        else:
-            if target.url is None:
-                raise UsageError(f"{name} has no download address; pass --url or --archive")
-            resumed_from = part.stat().st_size if part.exists() else 0
-            say("downloading")
-            downloaded = download(
-                target.url, part, name=name, progress=progress, retries=retries,
-                timeout_s=timeout_s, expected_bytes=target.expected_bytes,
-                retry_wait_s=retry_wait_s,
-            )
-            source_path, source_label = part, target.url
-        say("checking sha256")
-        archive_sha = _check_archive(source_path, target, remove_on_mismatch=archive is None)
-        say("unpacking")
-        manifest = {
-            "format": MANIFEST_FORMAT,
-            "name": target.name,
-            "source": source_label,
-            "archive_sha256": archive_sha,
-            "archive_bytes": source_path.stat().st_size,
-            "archive_checksum": target.checksum_source or "recorded",
-            "installed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "streamasr_version": __version__,
-        }
-        directory, files = _install(source_path, root, final, target.name, force, manifest)
+        attempts = 1 if archive is not None else 2
+        for attempt in range(attempts):
+            if archive is not None:
+                source_path, source_label = _local_archive(archive), str(archive)
+            else:
+                if target.url is None:
+                    raise UsageError(f"{name} has no download address; pass --url or --archive")
+                resumed_from = part.stat().st_size if part.exists() else 0
+                say("downloading")
+                cap = unpacked_cap_bytes(target, 0, max_unpacked_mb)
+                downloaded += download(
+                    target.url, part, name=name, progress=progress, retries=retries,
+                    timeout_s=timeout_s, expected_bytes=target.expected_bytes,
+                    retry_wait_s=retry_wait_s, min_window_bytes=min_window_bytes,
+                    max_bytes=cap if target.file_name is not None else None,
+                )
+                source_path, source_label = part, target.url
+            try:
+                say("checking sha256")
+                archive_sha = _check_archive(
+                    source_path, target, remove_on_mismatch=archive is None
+                )
+                say("unpacking" if target.file_name is None else "installing")
+                manifest = {
+                    "format": MANIFEST_FORMAT,
+                    "name": target.name,
+                    "source": source_label,
+                    "archive_sha256": archive_sha,
+                    "archive_bytes": source_path.stat().st_size,
+                    "archive_checksum": target.checksum_source or "recorded",
+                    "installed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "streamasr_version": __version__,
+                }
+                cap = unpacked_cap_bytes(
+                    target, manifest["archive_bytes"], max_unpacked_mb  # type: ignore[arg-type]
+                )
+                directory, files = _install(
+                    source_path, root, final, target, force, manifest, cap,
+                    move_source=archive is None,
+                )
+            except _Corrupt as exc:
+                if archive is None:
+                    part.unlink(missing_ok=True)
+                if resumed_from and attempt + 1 < attempts:
+                    log.warning(
+                        "the resumed download of %s is damaged (%s); downloading it again "
+                        "from the start", target.name, exc,
+                    )
+                    say("restarting from zero")
+                    continue
+                raise
+            except ModelError:
+                if archive is None:  # a refused download is of no use to a later pull
+                    part.unlink(missing_ok=True)
+                raise
+            break
         if archive is None:
             part.unlink(missing_ok=True)
     log.info("installed %s in %s", target.name, directory)
     return PullResult(
         target.name, directory, False, archive_sha, target.checksum_source, len(files),
-        sum(f["bytes"] for f in files.values()), downloaded, resumed_from,
+        sum(int(f["bytes"]) for f in files.values()),  # type: ignore[call-overload]
+        downloaded, resumed_from,
     )
+
+
+def _check_positive(option: str, value: float) -> None:
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{option} {value!r}: give a positive, finite number")
+
+
+class _Corrupt(ModelError):
+    """The bytes are not what was expected: a checksum mismatch or an unreadable archive."""
 
 
 def _local_archive(archive: Path) -> Path:
@@ -245,7 +359,7 @@ def _check_archive(path: Path, target: PullTarget, remove_on_mismatch: bool) -> 
         what = "The downloaded file was deleted and nothing was installed"
     else:
         what = "Nothing was installed"
-    raise ModelError(
+    raise _Corrupt(
         f"archive sha256 {actual} does not match {target.expected_sha256} from {where}: the file "
         f"is corrupt, truncated, or not the released archive. {what}. Pull again, or from "
         "another mirror with --url"
@@ -253,13 +367,19 @@ def _check_archive(path: Path, target: PullTarget, remove_on_mismatch: bool) -> 
 
 
 def _install(
-    archive: Path, root: Path, final: Path, name: str, force: bool, manifest: dict[str, object]
+    source: Path, root: Path, final: Path, target: PullTarget, force: bool,
+    manifest: dict[str, object], cap_bytes: int, move_source: bool,
 ) -> tuple[Path, dict[str, dict[str, object]]]:
-    """Unpack into a temporary folder in the cache, write the manifest, rename it into place."""
+    """Unpack into a fresh temporary folder in the cache, write the manifest, rename it in."""
+    name = target.name
     temp = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=root))
     try:
-        safe_extract(archive, temp)
-        model_root = _model_root(temp, archive)
+        if target.file_name is None:
+            safe_extract(source, temp, cap_bytes)
+            model_root = _model_root(temp, source)
+        else:
+            model_root = temp
+            _place_single_file(source, temp / target.file_name, cap_bytes, move_source)
         files = hash_tree(model_root)
         _write_manifest(model_root, {**manifest, "files": files})
         old = None
@@ -278,6 +398,33 @@ def _install(
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def _place_single_file(source: Path, dest: Path, cap_bytes: int, move: bool) -> None:
+    """Put a `.nemo` into the temporary folder: moved if downloaded, copied if the user's."""
+    size = source.stat().st_size
+    if size > cap_bytes:
+        raise ModelError(
+            f"{source.name} is {_mb(size)}, more than the {_mb(cap_bytes)} a model may take "
+            "here. If it is genuine, raise the cap with --max-unpacked-mb"
+        )
+    if not _is_nemo_file(source):
+        raise _Corrupt(
+            f"{source.name} is not a NeMo model (a .nemo is a tar archive holding "
+            "model_config.yaml); the download may be damaged or the address wrong"
+        )
+    if move:
+        os.replace(source, dest)
+    else:
+        shutil.copyfile(source, dest)
+
+
+def _is_nemo_file(path: Path) -> bool:
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            return any(PurePosixPath(m.name).name == "model_config.yaml" for m in tar)
+    except (tarfile.TarError, OSError, EOFError):
+        return False
+
+
 def _model_root(temp: Path, archive: Path) -> Path:
     """The folder holding tokens.txt: the archive's single top folder, or its top level."""
     entries = list(temp.iterdir())
@@ -290,55 +437,172 @@ def _model_root(temp: Path, archive: Path) -> Path:
     return root
 
 
-def safe_extract(archive: Path, dest: Path) -> None:
-    """Extract a tar archive into `dest`, refusing any member that would land outside it.
+# --- unpacking ---------------------------------------------------------------------------
 
-    Absolute paths, `..`, links pointing out of `dest`, and device files are refused before
-    anything is written for that member; `filter="data"` is applied where Python has it.
+_DIR_FD = (
+    os.open in os.supports_dir_fd and os.mkdir in os.supports_dir_fd
+    and hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY")
+)
+try:
+    from lzma import LZMAError as _LzmaError
+except ImportError:  # pragma: no cover - Python built without lzma
+    _LzmaError = EOFError  # type: ignore[assignment,misc]
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_BINARY = getattr(os, "O_BINARY", 0)
+
+
+class _TooBig(ModelError):
+    """The archive unpacks to more than the cap."""
+
+
+def safe_extract(archive: Path, dest: Path, max_bytes: int | None = None) -> int:
+    """Unpack the regular files and folders of a tar archive into the empty folder `dest`.
+
+    Any link (symbolic or hard), device, FIFO, absolute path or `..` refuses the archive: a
+    model needs none of them, and refusing them all is what makes escaping `dest` impossible
+    on every Python version, whatever `Path.resolve()` or tar filters would say. Files are
+    written here, with O_NOFOLLOW | O_EXCL, below folders opened one component at a time;
+    their bytes are counted while written, and passing `max_bytes` stops at once. Returns the
+    bytes written. On any error the caller removes `dest`.
     """
-    dest_resolved = dest.resolve()
-    use_filter = hasattr(tarfile, "data_filter")
+    written = 0
     try:
         with tarfile.open(archive, "r:*") as tar:
-            for member in tar:
-                _check_member(member, dest_resolved, archive)
-                if use_filter:
-                    tar.extract(member, dest, filter="data")
-                else:  # pragma: no cover - Python without extraction filters
-                    tar.extract(member, dest)
+            root_fd = os.open(dest, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if _DIR_FD else -1
+            try:
+                for member in tar:
+                    parts = _member_parts(member, archive)
+                    if member.isdir():
+                        if parts:
+                            _close(_open_dirs(root_fd, dest, parts, archive, member))
+                        continue
+                    if not parts:
+                        raise _refusal(archive, member, "has an empty name")
+                    if max_bytes is not None and written + member.size > max_bytes:
+                        raise _too_big(archive, max_bytes)
+                    written = _write_member(
+                        tar, member, root_fd, dest, parts, archive, written, max_bytes
+                    )
+            finally:
+                _close(root_fd)
     except tarfile.ReadError as exc:
-        raise ModelError(
+        raise _Corrupt(
             f"{archive.name} is not a readable tar archive ({exc}); the download may be "
             "truncated or the file is not a model release. Pull again with --force"
         ) from exc
-    except (EOFError, OSError) as exc:
+    except (EOFError, zlib.error, _LzmaError) as exc:
+        raise _Corrupt(f"{archive.name} could not be unpacked: {exc}") from exc
+    except OSError as exc:
+        if exc.errno is None:  # a decompressor's "invalid data", not the disk
+            raise _Corrupt(f"{archive.name} could not be unpacked: {exc}") from exc
         raise ModelError(f"{archive.name} could not be unpacked: {exc}") from exc
-    except tarfile.TarError as exc:  # FilterError and friends
-        raise ModelError(f"{archive.name} was refused while unpacking: {exc}") from exc
+    except tarfile.TarError as exc:
+        raise _Corrupt(f"{archive.name} was refused while unpacking: {exc}") from exc
+    return written
 
 
-def _check_member(member: tarfile.TarInfo, dest: Path, archive: Path) -> None:
-    def refuse(why: str) -> ModelError:
-        return ModelError(
-            f"refusing to unpack {archive.name}: member {member.name!r} {why}. A genuine model "
-            "release never does this; the archive is damaged or malicious"
-        )
+def _refusal(archive: Path, member: tarfile.TarInfo, why: str) -> ModelError:
+    return ModelError(
+        f"refusing to unpack {archive.name}: member {member.name!r} {why}. A genuine model "
+        "release never does this; the archive is damaged or malicious. Nothing was installed"
+    )
 
-    pure = PurePosixPath(member.name)
-    if pure.is_absolute() or re.match(r"^[A-Za-z]:", member.name) or "\\" in member.name:
-        raise refuse("has an absolute path")
-    if ".." in pure.parts:
-        raise refuse("climbs out of the model folder with '..'")
-    target = (dest / pure).resolve()
-    if not target.is_relative_to(dest):
-        raise refuse("would be written outside the model folder")
+
+def _too_big(archive: Path, max_bytes: int) -> _TooBig:
+    return _TooBig(
+        f"refusing to unpack {archive.name}: it unpacks to more than {_mb(max_bytes)}, the cap "
+        "for this model; unpacking stopped and nothing was installed. If the archive is "
+        "genuine, raise the cap with --max-unpacked-mb"
+    )
+
+
+def _member_parts(member: tarfile.TarInfo, archive: Path) -> tuple[str, ...]:
+    """The member's path components, or a refusal for anything that is not a plain
+    relative file or folder."""
     if member.issym() or member.islnk():
-        link = PurePosixPath(member.linkname)
-        base = target.parent if member.issym() else dest
-        if link.is_absolute() or not (base / link).resolve().is_relative_to(dest):
-            raise refuse(f"links outside the model folder (to {member.linkname!r})")
-    elif not (member.isfile() or member.isdir()):
-        raise refuse("is a device, FIFO or other special file")
+        kind = "a symbolic link" if member.issym() else "a hard link"
+        raise _refusal(
+            archive, member,
+            f"is {kind} (to {member.linkname!r}); a model needs no links, and links outside "
+            "the model folder are how archives escape it, so every link is refused",
+        )
+    if not (member.isfile() or member.isdir()):
+        raise _refusal(archive, member, "is a device, FIFO or other special file")
+    name = member.name
+    pure = PurePosixPath(name)
+    if pure.is_absolute() or re.match(r"^[A-Za-z]:", name) or "\\" in name:
+        raise _refusal(archive, member, "has an absolute path")
+    if ".." in pure.parts:
+        raise _refusal(archive, member, "climbs out of the model folder with '..'")
+    if "\x00" in name:
+        raise _refusal(archive, member, "has a NUL in its name")
+    return tuple(part for part in pure.parts if part not in ("", "."))
+
+
+def _close(fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)
+
+
+def _open_dirs(root_fd: int, dest: Path, parts: tuple[str, ...], archive: Path,
+               member: tarfile.TarInfo) -> int:
+    """Create and open each folder component without following links (an fd, or -1)."""
+    if not _DIR_FD:  # pragma: no cover - platforms without dir_fd: no links were made
+        (dest.joinpath(*parts)).mkdir(parents=True, exist_ok=True)
+        return -1
+    fd = os.dup(root_fd)
+    try:
+        for part in parts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            try:
+                child = os.open(
+                    part, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=fd
+                )
+            except OSError as exc:
+                raise _refusal(archive, member, f"needs {part!r} to be a folder ({exc.strerror})"
+                               ) from exc
+            os.close(fd)
+            fd = child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _write_member(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, root_fd: int, dest: Path,
+    parts: tuple[str, ...], archive: Path, written: int, max_bytes: int | None,
+) -> int:
+    """Write one regular file's bytes, counting them against the cap."""
+    parent_fd = _open_dirs(root_fd, dest, parts[:-1], archive, member) if parts[:-1] else (
+        os.dup(root_fd) if root_fd >= 0 else -1
+    )
+    mode = 0o755 if member.mode & 0o111 else 0o644
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC | _BINARY
+    try:
+        try:
+            if parent_fd >= 0:
+                fd = os.open(parts[-1], flags, mode, dir_fd=parent_fd)
+            else:  # pragma: no cover - platforms without dir_fd
+                fd = os.open(dest.joinpath(*parts), flags, mode)
+        except FileExistsError as exc:
+            raise _refusal(archive, member, "appears twice in the archive") from exc
+        except OSError as exc:
+            raise _refusal(archive, member, f"cannot be created ({exc.strerror})") from exc
+        source = tar.extractfile(member)
+        with os.fdopen(fd, "wb") as handle:
+            if source is None:
+                return written
+            while block := source.read(1 << 20):
+                written += len(block)
+                if max_bytes is not None and written > max_bytes:
+                    raise _too_big(archive, max_bytes)
+                handle.write(block)
+        return written
+    finally:
+        _close(parent_fd)
 
 
 def sha256_file(path: Path) -> str:
@@ -378,11 +642,42 @@ def read_manifest(directory: Path) -> dict[str, object]:
         ) from exc
     except (OSError, ValueError) as exc:
         raise ModelError(
-            f"{path} is unreadable ({exc}); pull the model again with --force"
+            f"{path} is unreadable ({exc}); {_repull(directory)}"
         ) from exc
-    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
-        raise ModelError(f"{path} is not a streamasr manifest; pull the model again with --force")
+    problem = _manifest_problem(data)
+    if problem:
+        raise ModelError(f"the manifest {path} is damaged ({problem}); {_repull(directory)}")
     return data
+
+
+def _repull(directory: Path) -> str:
+    return f"re-pull the model with `streamasr models pull {directory.name} --force`"
+
+
+def _manifest_problem(data: object) -> str | None:
+    """What is wrong with a parsed manifest, or None: every field `verify` reads is typed."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    files = data.get("files")
+    if not isinstance(files, dict):
+        return "'files' is not an object"
+    for rel, info in files.items():
+        if not isinstance(info, dict):
+            return f"the entry for {rel!r} is not an object"
+        digest, size = info.get("sha256"), info.get("bytes")
+        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+            return f"the sha256 of {rel!r} is not 64 hex digits"
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            return f"the size of {rel!r} is not a byte count"
+        pure = PurePosixPath(rel)
+        if pure.is_absolute() or ".." in pure.parts or not rel:
+            return f"the file name {rel!r} points outside the model folder"
+    archive_sha = data.get("archive_sha256")
+    if archive_sha is not None and not isinstance(archive_sha, str):
+        return "'archive_sha256' is not a string"
+    if not isinstance(data.get("archive_checksum", "recorded"), str):
+        return "'archive_checksum' is not a string"
+    return None
 
 
 @dataclass(frozen=True)
@@ -459,11 +754,15 @@ def download(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     expected_bytes: int | None = None,
     retry_wait_s: float = 1.0,
+    min_window_bytes: int = MIN_WINDOW_BYTES,
+    max_bytes: int | None = None,
 ) -> int:
     """Fetch `url` into `part`, resuming from what `part` holds; returns bytes fetched now.
 
-    A dropped connection is retried `retries` times with a Range request for the rest. When
-    the retries run out the .part file stays, and the next pull resumes from it.
+    A dropped connection, or a stall (fewer than `min_window_bytes` in a `timeout_s` window:
+    a server that trickles a byte every few seconds is stalled too), is retried `retries`
+    times with a Range request for the rest. When the retries run out the .part file stays,
+    and the next pull resumes from it. More than `max_bytes` in all is refused.
     """
     fetched = [0]
     failures = 0
@@ -482,7 +781,8 @@ def download(
             log.info("resuming %s from byte %d", url, have)
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                _receive(response, part, have, progress, fetched)
+                _receive(response, part, have, progress, fetched,
+                         _Pace(timeout_s, min_window_bytes), max_bytes)
             return fetched[0]
         except urllib.error.HTTPError as exc:
             if exc.code == 416 and have:
@@ -519,8 +819,11 @@ def _receive(
     have: int,
     progress: ProgressFn | None,
     fetched: list[int],
+    pace: _Pace,
+    max_bytes: int | None = None,
 ) -> None:
-    """Append one response to the .part file (counting into fetched[0]); raise if it ends early."""
+    """Append one response to the .part file (counting into fetched[0]); raise if it ends
+    early, stalls, or grows past `max_bytes`."""
     length = response.headers.get("Content-Length")
     body_bytes = int(length) if length and length.isdigit() else None
     if response.status == 206 and have:
@@ -540,16 +843,47 @@ def _receive(
         progress(done, total)
     with open(part, mode) as handle:
         try:
-            while block := response.read(BLOCK_BYTES):
+            # read1: whatever has arrived, so a trickle cannot hide inside one long read
+            while block := response.read1(BLOCK_BYTES):
                 handle.write(block)
                 done += len(block)
                 fetched[0] += len(block)
+                if max_bytes is not None and done > max_bytes:
+                    handle.close()
+                    part.unlink(missing_ok=True)
+                    raise ModelError(
+                        f"the download is larger than {_mb(max_bytes)}, the cap for this "
+                        "model; it was stopped and deleted. If it is genuine, raise the cap "
+                        "with --max-unpacked-mb"
+                    )
                 if progress:
                     progress(done, total)
+                pace.arrived(len(block), done)
         except (OSError, http.client.HTTPException) as exc:
             raise _Interrupted(f"{_describe(exc)} after {_mb(done)}") from exc
     if total is not None and done < total:
         raise _Interrupted(f"connection closed after {_mb(done)} of {_mb(total)}")
+
+
+class _Pace:
+    """Counts the bytes of each `window_s` window; too few in one is a stall."""
+
+    def __init__(self, window_s: float, min_bytes: int) -> None:
+        self.window_s, self.min_bytes = window_s, min_bytes
+        self.start = time.monotonic()
+        self.count = 0
+
+    def arrived(self, count: int, done: int) -> None:
+        self.count += count
+        now = time.monotonic()
+        if now - self.start < self.window_s:
+            return
+        if self.count < self.min_bytes:
+            raise _Interrupted(
+                f"stalled: {self.count} bytes in {now - self.start:.1f} s, fewer than "
+                f"{self.min_bytes} per {self.window_s:g} s window, after {_mb(done)}"
+            )
+        self.start, self.count = now, 0
 
 
 def _content_range(header: str) -> tuple[int, int | None]:

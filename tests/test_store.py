@@ -459,7 +459,16 @@ def test_catalog_aliases_agree_with_the_latency_table() -> None:
     aliases = [a for e in catalog.CATALOG for a in e.aliases]
     assert len(set(names)) == len(names) and len(set(aliases)) == len(aliases)
     for entry in catalog.CATALOG:
-        assert entry.url.endswith(f"/asr-models/{entry.name}.tar.bz2")
-        assert entry.kind in ("transducer", "ctc") and entry.chunks
+        if entry.single_file:  # a .nemo on Hugging Face: one file, not a release tarball
+            assert entry.url == (
+                f"https://huggingface.co/nvidia/{entry.name}/resolve/main/{entry.file_name}"
+            )
+            assert entry.engine == "nemo" and entry.file_name.endswith(".nemo")
+        else:
+            assert entry.url.endswith(f"/asr-models/{entry.name}.tar.bz2")
+            assert entry.engine == "sherpa-onnx"
+        assert entry.kind in ("transducer", "ctc", "hybrid") and entry.chunks
+        assert bool(entry.exports) != bool(entry.att_context_sizes)  # one family each
+        assert entry.language and entry.token_type and entry.size_mb > 0
         if entry.archive_sha256 is not None:
             assert re.fullmatch(r"[0-9a-f]{64}", entry.archive_sha256)

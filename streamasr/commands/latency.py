@@ -15,26 +15,32 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from streamasr.commands.common import cli_errors, setup_logging
+from streamasr.commands.common import (
+    CHUNK_RANGE,
+    check_number,
+    check_threads,
+    cli_errors,
+    setup_logging,
+)
 from streamasr.errors import ModelError, UsageError
 from streamasr.latency import (
     PUBLISHED_ALIASES,
     LatencyBudget,
     budget_for_zipformer2_chunk,
     budget_from_metadata,
-    budget_from_published,
+    catalog_budget,
     chunk_budget,
-    is_published_name,
     measure_engine,
     nemo_budget,
-    published_export,
     with_measurement,
 )
 from streamasr.mask import (
+    MAX_LAYERS,
     STYLES,
     UNLIMITED,
     MaskReport,
     build_mask_report,
+    check_mask_numbers,
     history_steps,
     lookahead_steps,
     parse_att_context_size,
@@ -77,6 +83,21 @@ def _check_format(fmt: str) -> None:
 
 
 # --- latency -----------------------------------------------------------------------------
+
+
+def _check_latency_numbers(
+    chunk: int | None,
+    layers: int | None,
+    subsampling: int | None,
+    left_chunks: int | None,
+    threads: int,
+) -> None:
+    """Every number `latency` takes, in a range where its arithmetic means something."""
+    check_number("--chunk", chunk, *CHUNK_RANGE, "frames")
+    check_number("--layers", layers, 1, MAX_LAYERS, "layers")
+    check_number("--subsampling", subsampling, 1, 64, "(FastConformer 8, U2 4)")
+    check_number("--left-chunks", left_chunks, -1, 100_000, "(-1 = all)")
+    check_threads(threads)
 
 
 def build_budget(
@@ -129,19 +150,31 @@ def build_budget(
 def _model_budget(
     model: str | None, chunk: int | None, measure: bool, threads: int, fp32: bool
 ) -> LatencyBudget:
-    """A model's budget: published settings, an encoder file, or a model directory."""
+    """A model's budget: a catalog name, an encoder file, a bundled model or a directory.
+
+    Catalog names resolve through the catalog (settings, no download needed) and, for
+    `--measure`, through the model cache the way `file --model NAME` finds them.
+    """
+    from streamasr import catalog, store
     from streamasr.modeldir import list_bundled, resolve_model
     from streamasr.onnx_meta import read_encoder_metadata
 
-    if model is not None and is_published_name(model) and not Path(model).exists():
-        if measure:
+    entry = catalog.find(model) if model is not None else None
+    if model is not None and entry is not None and not Path(model).exists():
+        if not measure:
+            return catalog_budget(model, chunk)
+        if not entry.exports:
+            raise UsageError(
+                f"--measure runs sherpa-onnx Zipformer exports; {entry.name} is a NeMo "
+                "FastConformer, so only its derived budget is shown without --measure"
+            )
+        if store.find_cached(model) is None:
             raise UsageError(
                 f"--measure runs the real engine, so it needs the model's files; {model} is "
-                "known here only by its published settings. Download it, then pass "
-                "--model DIR"
+                f"not in the cache {store.cache_dir()}. Download it with "
+                f"`streamasr models pull {model}`, or pass --model DIR"
             )
-        return budget_from_published(published_export(model, chunk))
-    if model is not None and model.endswith(".onnx") and Path(model).is_file():
+    elif model is not None and model.endswith(".onnx") and Path(model).is_file():
         if measure:
             raise UsageError("--measure needs the model directory, not one .onnx file")
         meta = read_encoder_metadata(model)
@@ -150,13 +183,14 @@ def _model_budget(
                 f"{Path(model).name} was exported for chunk {meta.chunk}, not --chunk {chunk}"
             )
         return budget_from_metadata(meta)
-    if model is not None and not Path(model).exists() and model not in list_bundled():
-        released = ", ".join(f"{a} ({r})" for a, r in PUBLISHED_ALIASES.items())
-        bundled = ", ".join(list_bundled()) or "none"
-        raise ModelError(
-            f"unknown model {model!r}: not a directory, a released model or a bundled one. "
-            f"Released: {released}. Bundled: {bundled}. Or pass a model directory"
-        )
+    elif model is not None and not Path(model).exists() and model not in list_bundled():
+        if store.find_cached(model) is None:  # a custom name pulled with --url/--archive
+            bundled = ", ".join(list_bundled()) or "none"
+            raise ModelError(
+                f"unknown model {model!r}: not a directory, a released model or a bundled one. "
+                f"Released: {catalog.known_names()}. Bundled: {bundled}. Or pass a model "
+                "directory"
+            )
     files = resolve_model(model, chunk, prefer_int8=not fp32)
     budget = budget_from_metadata(files.metadata)
     if not measure:
@@ -173,7 +207,7 @@ def _model_budget(
 
 def render_budget(budget: LatencyBudget, console: Console) -> None:
     """The budget as a Rich table: quantity | value | formula, footnotes below."""
-    table = Table(title=budget.title, title_justify="left", show_lines=False)
+    table = Table(title=Text(budget.title), title_justify="left", show_lines=False)
     table.add_column("quantity")
     table.add_column("value", justify="right", no_wrap=True)
     table.add_column("formula")
@@ -199,8 +233,9 @@ def latency_command(
         str | None,
         typer.Option(
             "--model", "-m",
-            help="Released model name (" + ", ".join(PUBLISHED_ALIASES) + "), a model "
-            "directory, or an encoder .onnx file.",
+            help="Released model name (" + ", ".join(PUBLISHED_ALIASES) + "; pulled ones "
+            "are found in the cache for --measure), a model directory, or an encoder .onnx "
+            "file.",
         ),
     ] = None,
     chunk: Annotated[
@@ -234,6 +269,7 @@ def latency_command(
     setup_logging(verbose)
     with cli_errors():
         _check_format(fmt)
+        _check_latency_numbers(chunk, layers, subsampling, left_chunks, threads)
         budget = build_budget(
             model=model, chunk=chunk, att_context_size=att_context_size, style=style,
             layers=layers, subsampling=subsampling, left_chunks=left_chunks,
@@ -347,8 +383,7 @@ def mask_command(
         _check_format(fmt)
         if style not in STYLES:
             raise UsageError(f"--style {style!r} is unknown; use one of: {', '.join(STYLES)}")
-        if steps > 200:
-            raise UsageError(f"--steps {steps}: draw at most 200 steps (the terminal is narrow)")
+        check_mask_numbers(steps, chunk, left_chunks, layers)
         acs = parse_att_context_size(att_context_size) if att_context_size else None
         report = build_mask_report(
             steps, att_context_size=acs, style=style, chunk=chunk, left_chunks=left_chunks,
