@@ -20,7 +20,15 @@ class InputError(StreamAsrError):
 
 
 class ModelError(StreamAsrError):
-    """A model directory is incomplete, unknown, or does not match the requested chunk."""
+    """A model directory is incomplete, unknown, damaged or cannot be loaded."""
+
+
+class ModelMismatchError(UsageError, ModelError):
+    """The request does not fit this model (a chunk it has no export for, hotwords on CTC).
+
+    A usage error (exit 2): the model is fine, the user asked for a setting it does not have.
+    Still a ModelError, so code that catches model problems keeps catching it.
+    """
 
 
 class DependencyError(StreamAsrError):
@@ -29,6 +37,10 @@ class DependencyError(StreamAsrError):
 
 class DeviceError(StreamAsrError):
     """An audio device is missing, ambiguous, or went away mid-stream."""
+
+
+class OutputError(StreamAsrError):
+    """Standard output cannot take more data: the reader closed the pipe, or the disk is full."""
 
 
 class DatasetError(StreamAsrError):

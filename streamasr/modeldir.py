@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamasr import catalog, store
-from streamasr.errors import ModelError
+from streamasr.errors import ModelError, ModelMismatchError
 from streamasr.onnx_meta import EncoderMetadata, read_encoder_metadata, read_onnx_header
 
 log = logging.getLogger("streamasr")
@@ -105,7 +105,7 @@ def resolve_model(
     elif chunk in by_chunk:
         chosen = chunk
     else:
-        raise ModelError(
+        raise ModelMismatchError(
             f"model {directory.name} has no export for --chunk {chunk}; it has chunk "
             f"{', '.join(str(c) for c in available)} (50 Hz frames, 16 = 320 ms). "
             "Pick one of those, or export the model again with that chunk size"
