@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -62,9 +63,15 @@ def list_models(
             rows.append({
                 "name": entry.name,
                 "aliases": list(entry.aliases),
+                "engine": entry.engine,
                 "language": entry.language,
                 "kind": entry.kind,
+                "token_type": entry.token_type,
                 "chunks": list(entry.chunks),
+                "chunk_label": entry.chunk_label,
+                "att_context_sizes": [[a.left, a.right] for a in entry.att_context_sizes],
+                "params_m": entry.params_m,
+                "single_file": entry.single_file,
                 "size_mb": entry.size_mb,
                 "size_exact": entry.archive_bytes is not None,
                 "archive_sha256": entry.archive_sha256,
@@ -76,8 +83,10 @@ def list_models(
         custom = [m for m in store.installed_models(cache) if m.name not in known]
         for model in custom:
             rows.append({
-                "name": model.name, "aliases": [], "language": "?", "kind": "?", "chunks": [],
-                "size_mb": None, "size_exact": False, "archive_sha256": None,
+                "name": model.name, "aliases": [], "engine": "?", "language": "?", "kind": "?",
+                "token_type": "?", "chunks": [], "chunk_label": "-", "att_context_sizes": [],
+                "params_m": None, "single_file": None, "size_mb": None, "size_exact": False,
+                "archive_sha256": None,
                 "installed": "yes" if model.has_manifest else "yes (no manifest)",
                 "directory": str(model.directory), "description": "pulled with --url/--archive",
             })
@@ -89,30 +98,34 @@ def list_models(
 
 def _print_table(rows: list[dict[str, object]], cache: Path) -> None:
     table = Table()
-    for column in ("alias", "language", "kind", "chunk", "size", "installed", "release name"):
+    columns = ("alias", "language", "engine", "kind", "tokens", "chunk", "size", "installed",
+               "release name")
+    for column in columns:
         table.add_column(
             column,
-            justify="right" if column == "size" else "left",
+            justify="right" if column in ("size", "chunk") else "left",
             no_wrap=column != "release name",
         )
     for row in rows:
         entry = find(str(row["name"]))
         size = entry.size_label if entry else "-"
-        chunks = ", ".join(str(c) for c in row["chunks"]) or "-"  # type: ignore[attr-defined]
         installed = str(row["installed"])
         style = "green" if installed.startswith("yes") else "dim"
         table.add_row(
-            ", ".join(row["aliases"]) or "-",  # type: ignore[arg-type]
-            str(row["language"]), str(row["kind"]), chunks, size,
-            f"[{style}]{installed}[/{style}]", str(row["name"]),
+            escape(", ".join(row["aliases"]) or "-"),  # type: ignore[arg-type]
+            str(row["language"]), str(row["engine"]), str(row["kind"]), str(row["token_type"]),
+            str(row["chunk_label"]), size, f"[{style}]{escape(installed)}[/{style}]",
+            escape(str(row["name"])),
         )
     console = Console()
     if not console.is_terminal:  # piped: one row per line, for grep
-        console = Console(width=160)
+        console = Console(width=240)
     console.print(table)
     err_console.print(
-        f"cache: {cache}\nchunk: exported chunk size in 50 Hz frames (16 = 320 ms). "
-        "Sizes with ~ are estimates. Pull one with `streamasr models pull ALIAS`.",
+        f"cache: {escape(str(cache))}\nchunk: audio per encoder step (Zipformer: fixed by "
+        "the export; NeMo: one per trained look-ahead). engine nemo: for the NeMo engine "
+        "(a .nemo file). Sizes are downloads; ~ marks estimates. Pull one with "
+        "`streamasr models pull ALIAS`.",
         highlight=False,
     )
 
@@ -150,15 +163,34 @@ def pull(
     ] = None,
     archive: Annotated[
         Path | None,
-        typer.Option(help="Install from a .tar.bz2 you already have (no network needed)."),
+        typer.Option(help="Install from a .tar.bz2 (or a .nemo) you already have (no network "
+                     "needed)."),
     ] = None,
     sha256: Annotated[
         str | None,
         typer.Option("--sha256", help="Expected archive sha256 (overrides the catalog's)."),
     ] = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Reinstall even if the model is present.")
+        bool,
+        typer.Option("--force", help="Reinstall even if the model is present; discards a "
+                     "partial download."),
     ] = False,
+    max_unpacked_mb: Annotated[
+        float | None,
+        typer.Option(
+            "--max-unpacked-mb",
+            help="Most MB the model may unpack to (default: 3x the catalog's download size; "
+            "other archives 20x their own size, at least 256 MB; a .nemo 8192 MB).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            help="Seconds: a download that brings under 16 KB in this window has stalled "
+            "and is resumed.",
+        ),
+    ] = store.DEFAULT_TIMEOUT_S,
     verbose: VerboseOpt = False,
 ) -> None:
     """Download a model into the cache: resumable, checksummed, unpacked safely.
@@ -170,7 +202,8 @@ def pull(
         with _progress_bar(name) as (progress, stage):
             result = store.pull(
                 name, url=url, archive=archive, sha256=sha256, force=force,
-                progress=progress, stage=stage,
+                progress=progress, stage=stage, max_unpacked_mb=max_unpacked_mb,
+                timeout_s=timeout,
             )
         if result.already_installed:
             err_console.print(
