@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import signal
+import sys
+
 import typer
+from typer.core import TyperOption
 
 from streamasr import __version__
 from streamasr.commands import bench as bench_commands
@@ -42,9 +48,144 @@ latency_commands.register(app)
 models_commands.register(app)
 
 
+def _flag_type(self: TyperOption, ctx: object) -> str | None:
+    """Help shows a flag's type only when it takes a value (`--realtime`, not `<bool>`)."""
+    if self.is_flag:
+        return None
+    return _value_type(self, ctx)
+
+
+_value_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+
+# Signals that end a run the way Ctrl-C does: flush, summarise, close, then exit 128 + N.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_stopped_by: list[int] = []
+
+
+def _on_stop_signal(signum: int, frame: object) -> None:
+    """Raise KeyboardInterrupt once, so the commands' Ctrl-C path flushes what was heard."""
+    first = not _stopped_by
+    _stopped_by.append(signum)
+    if first:
+        raise KeyboardInterrupt
+
+
+class _GuardedStdout:
+    """sys.stdout, except that a failed write or flush raises OutputError, not OSError.
+
+    Typer turns a broken pipe into a silent exit 1 and lets a full disk end in a traceback;
+    OutputError reaches run(), which says what happened in one line. Started with stdout
+    closed, fd 1 is held on /dev/null (so no file the run opens lands there) and every write
+    fails the same way.
+    """
+
+    def __init__(self, stream: object | None) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if self._stream is None:
+            raise _write_failed(OSError(errno.EBADF, "Bad file descriptor"))
+        try:
+            return self._stream.write(text)  # type: ignore[attr-defined]
+        except OSError as exc:
+            raise _write_failed(exc) from None
+
+    def flush(self) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.flush()  # type: ignore[attr-defined]
+        except OSError as exc:
+            raise _write_failed(exc) from None
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        if self._stream is None:
+            raise AttributeError(name)
+        return getattr(self._stream, name)
+
+
+def _write_failed(exc: OSError) -> Exception:
+    from streamasr.commands.common import output_error
+
+    return output_error(exc)
+
+
+def _guard_stdout() -> None:
+    """Install _GuardedStdout (holding fd 1 on /dev/null when it was closed)."""
+    if sys.stdout is None:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+    sys.stdout = _GuardedStdout(sys.stdout)  # type: ignore[assignment]
+
+
+def run(args: list[str] | None = None) -> int:
+    """Run one command line and return its exit status; every failure ends in one line.
+
+    Beyond what Typer does: SIGTERM and SIGHUP stop a run like Ctrl-C (exit 143, 129), a
+    write to a closed or full stdout is a one-line error with exit 1, and so is a file name
+    longer than the system allows.
+    """
+    from streamasr.commands.common import report_error, silence_stdout
+    from streamasr.errors import OutputError, StreamAsrError
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _on_stop_signal)
+    _guard_stdout()
+    try:
+        code = _invoke(args)
+    except OutputError as exc:
+        report_error(exc)
+        silence_stdout()
+        code = exc.exit_code
+    except StreamAsrError as exc:
+        report_error(exc)
+        code = exc.exit_code
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        name = str(exc.filename or "")
+        short = name if len(name) <= 60 else name[:57] + "..."
+        report_error(f"file name too long ({len(name)} characters): {short}; shorten it")
+        code = 1
+    if _stopped_by:
+        code = 128 + _stopped_by[0]
+    if isinstance(sys.stdout, _GuardedStdout):
+        try:
+            sys.stdout.flush()
+        except OutputError as exc:
+            if code == 0:
+                report_error(exc)
+                code = exc.exit_code
+            silence_stdout()
+    return code
+
+
+def _invoke(args: list[str] | None) -> int:
+    """The Typer app without its own exit handling, so run() sees write errors."""
+    from streamasr.commands.common import report_error as report_error_line
+
+    try:
+        result = app(args=args, standalone_mode=False, prog_name="streamasr")
+    except typer.Abort:
+        report_error_line("aborted")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except typer.TyperException as exc:  # usage errors: Typer's own boxed message, exit 2
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(exc)  # type: ignore[arg-type]
+        return int(getattr(exc, "exit_code", 2))
+    return result if isinstance(result, int) else 0
+
+
 def main() -> None:
     """Console-script entry point."""
-    app()
+    sys.exit(run())
 
 
 if __name__ == "__main__":

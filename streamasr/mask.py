@@ -26,6 +26,24 @@ from streamasr.errors import UsageError
 Style = Literal["chunked_limited", "regular"]
 STYLES: tuple[str, ...] = ("chunked_limited", "regular")
 UNLIMITED = -1
+MAX_STEPS = 200  # a drawing wider than any terminal says nothing more
+MAX_LAYERS = 1000  # deeper than any encoder; the receptive field stops growing long before
+
+
+def check_mask_numbers(steps: int, chunk: int | None, left_chunks: int, layers: int) -> None:
+    """Refuse sizes that cannot be drawn or mean nothing, before any matrix is built."""
+    if not 1 <= steps <= MAX_STEPS:
+        raise UsageError(
+            f"--steps {steps}: use 1 to {MAX_STEPS} steps (the drawing must fit a terminal)"
+        )
+    if chunk is not None and not 1 <= chunk <= MAX_STEPS:
+        raise UsageError(f"--chunk {chunk}: use 1 to {MAX_STEPS} encoder steps")
+    if not UNLIMITED <= left_chunks <= MAX_STEPS:
+        raise UsageError(
+            f"--left-chunks {left_chunks}: use 0 to {MAX_STEPS} chunks, or -1 for unlimited"
+        )
+    if not 1 <= layers <= MAX_LAYERS:
+        raise UsageError(f"--layers {layers}: use 1 to {MAX_LAYERS} layers")
 
 
 def parse_att_context_size(text: str) -> tuple[int, int]:
@@ -119,12 +137,15 @@ def receptive_field(mask: np.ndarray, layers: int) -> np.ndarray:
     Every mask here lets a step see itself, so the paths of N layers include those of fewer
     (the residual connections give the same result).
     """
-    if layers < 1:
-        raise UsageError(f"--layers {layers}: use 1 or more layers")
+    if not 1 <= layers <= MAX_LAYERS:
+        raise UsageError(f"--layers {layers}: use 1 to {MAX_LAYERS} layers")
     step = mask.astype(np.int64)
     reach = step.copy()
     for _ in range(layers - 1):
-        reach = ((reach @ step) > 0).astype(np.int64)
+        grown = ((reach @ step) > 0).astype(np.int64)
+        if np.array_equal(grown, reach):  # a fixed point: more layers reach nothing new
+            break
+        reach = grown
     return reach > 0
 
 

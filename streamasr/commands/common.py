@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import math
+import os
 import sys
 from collections.abc import Iterator
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from streamasr.backends.base import EndpointOptions, EngineOptions
-from streamasr.errors import StreamAsrError, UsageError
+from streamasr.errors import InputError, OutputError, StreamAsrError, UsageError
+from streamasr.onset import OnsetOptions
 from streamasr.render import (
     FORMATS,
     JsonlRenderer,
@@ -25,6 +30,16 @@ from streamasr.render import (
 err_console = Console(stderr=True, soft_wrap=True)
 
 EXIT_INTERRUPTED = 130
+
+# Number ranges every command checks before it touches audio or a model. An upper bound is
+# where a value stops meaning anything (and a huge one would hang or eat memory), not a limit
+# on useful settings.
+THREADS_MAX = 64  # onnxruntime gains nothing past the cores of a large server; 100000 hangs
+BLOCK_MS_RANGE = (1.0, 60_000.0)  # a feed block from 1 ms to one minute
+TAIL_PADDING_RANGE = (0.0, 30.0)  # seconds of silence appended at the end of input
+RULE_S_RANGE = (0.01, 3600.0)  # endpoint rules, seconds
+CHUNK_RANGE = (1, 1024)  # 50 Hz frames: 20 ms to 20 s
+HOTWORDS_SCORE_RANGE = (0.0, 100.0)  # bonus per hotword token (log domain)
 
 ModelOpt = Annotated[
     str | None,
@@ -88,6 +103,74 @@ TailOpt = Annotated[
     typer.Option(help="Seconds of silence appended at end of input so the last words come out."),
 ]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log details to stderr.")]
+OnsetOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--onset-dbfs",
+        help="Speech onset for first-token timing at this fixed level (dBFS RMS of 10 ms "
+        "frames) instead of the default: 10 dB above the measured noise floor.",
+    ),
+]
+ONSET_DBFS_RANGE = (-120.0, 0.0)
+RawOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--raw",
+        help="Input is headerless PCM in this encoding: s16le, s32le or f32le (needs --rate), "
+        "e.g. `arecord -t raw -f S16_LE -r 16000 | streamasr file - --raw s16le --rate 16000`.",
+    ),
+]
+RateOpt = Annotated[
+    int | None, typer.Option("--rate", help="Sample rate in Hz of --raw input.")
+]
+ChannelsOpt = Annotated[
+    int | None,
+    typer.Option("--channels", help="Interleaved channels of --raw input (default 1)."),
+]
+
+
+def onset_options(onset_dbfs: float | None) -> OnsetOptions:
+    """The onset detector for --onset-dbfs: relative to the noise floor unless a level is given."""
+    low, high = ONSET_DBFS_RANGE
+    if onset_dbfs is not None and not (math.isfinite(onset_dbfs) and low <= onset_dbfs <= high):
+        raise UsageError(
+            f"--onset-dbfs {onset_dbfs:g}: use a level from {low:g} to {high:g} dBFS "
+            "(e.g. -40), or leave it out to measure the noise floor"
+        )
+    return OnsetOptions(threshold_dbfs=onset_dbfs)
+
+
+def check_number(
+    option: str,
+    value: float | None,
+    low: float,
+    high: float,
+    unit: str = "",
+    *,
+    low_open: bool = False,
+) -> None:
+    """Refuse NaN, infinities and values outside [low, high] (or (low, high]), naming both."""
+    if value is None:
+        return
+    inside = math.isfinite(value) and (value > low if low_open else value >= low) and value <= high
+    if not inside:
+        lower = "more than" if low_open else "from"
+        span = f"{lower} {low:g} to {high:g}" + (f" {unit}" if unit else "")
+        raise UsageError(f"{option} {value:g}: use a number {span}")
+
+
+def check_stream_numbers(
+    block_ms: float | None, tail_padding: float, chunk: int | None = None
+) -> None:
+    """The feed options shared by file, mic and bench."""
+    check_number("--block-ms", block_ms, *BLOCK_MS_RANGE, "ms")
+    check_number("--tail-padding", tail_padding, *TAIL_PADDING_RANGE, "s")
+    check_number("--chunk", chunk, *CHUNK_RANGE, "50 Hz frames (16 = 320 ms)")
+
+
+def check_threads(threads: int, option: str = "--threads") -> None:
+    """Engine threads: at least one, at most THREADS_MAX."""
+    check_number(option, threads, 1, THREADS_MAX, f"(more than {THREADS_MAX} never helps)")
 
 
 def engine_options(
@@ -102,8 +185,9 @@ def engine_options(
 ) -> EngineOptions:
     """Build engine settings from command-line values, refusing impossible ones."""
     for name, value in (("--rule1", rule1), ("--rule2", rule2), ("--rule3", rule3)):
-        if value <= 0:
-            raise UsageError(f"{name} must be a positive number of seconds, got {value}")
+        check_number(name, value, *RULE_S_RANGE, "s")
+    check_threads(threads)
+    check_number("--hotwords-score", hotwords_score, *HOTWORDS_SCORE_RANGE)
     return EngineOptions(
         threads=threads,
         decoding_method=decoding_method,
@@ -151,9 +235,50 @@ def setup_logging(verbose: bool) -> None:
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
-def report_error(exc: StreamAsrError) -> None:
-    """One line on stderr, no traceback."""
-    err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+def report_error(exc: StreamAsrError | str) -> None:
+    """One line on stderr, no traceback; brackets in names are printed, not read as markup."""
+    err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+
+
+def check_path_name(path: str) -> None:
+    """A name longer than the system allows is bad input, said plainly (not an OSError)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            short = path if len(path) <= 60 else path[:57] + "..."
+            raise InputError(
+                f"{short}: file name too long ({len(path)} characters; the system allows "
+                "255 per name); rename the file or give a shorter path"
+            ) from None
+    except ValueError:
+        raise InputError(f"{path!r}: the name contains a NUL character") from None
+
+
+def output_error(exc: OSError) -> OutputError:
+    """The one-line message for a write to stdout that failed."""
+    if exc.errno == errno.EPIPE:
+        why = "the reading end of the pipe was closed"
+    elif exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        why = f"{exc.strerror}; free some space or write elsewhere"
+    elif exc.errno == errno.EBADF:
+        why = "it is closed; give the command somewhere to write (e.g. > out.txt)"
+    else:
+        why = exc.strerror or str(exc)
+    return OutputError(f"cannot write to standard output: {why}")
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's flush at exit has nothing to fail on.
+
+    The Python docs advise this for SIGPIPE; it also covers a full disk.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+    finally:
+        os.close(devnull)
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until the process exits
 
 
 @contextlib.contextmanager
