@@ -55,7 +55,7 @@ class LiveRenderer:
         self._live: Live | None = None
 
     def begin(self, source: str) -> None:
-        self.err.print(f"[bold]{source}[/bold]")
+        self.err.print(f"[bold]{escape(source)}[/bold]")
         self._live = Live(Text(""), console=self.out, transient=True, auto_refresh=False)
         self._live.start()
 

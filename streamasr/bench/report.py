@@ -243,10 +243,11 @@ def _pair(stats: dict[str, float]) -> str:
 def rich_table(doc: dict[str, Any]) -> Any:
     """The summary as a Rich Table (the command prints it)."""
     from rich.table import Table
+    from rich.text import Text
 
     header, rows = table_rows(doc, compact=True)
     table = Table(
-        title=f"streamasr bench: {doc['dataset']['path']}",
+        title=Text(f"streamasr bench: {doc['dataset']['path']}"),
         title_justify="left",
         caption="latencies: ms of audio time (wall: wall clock) from speech onset/end",
         caption_justify="left",
@@ -254,7 +255,7 @@ def rich_table(doc: dict[str, Any]) -> Any:
     for index, name in enumerate(header):
         table.add_column(name, justify="left" if index == 0 else "right")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(str(cell)) for cell in row))  # names are text, not markup
     return table
 
 

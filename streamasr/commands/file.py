@@ -26,6 +26,8 @@ from streamasr.commands.common import (
     TailOpt,
     ThreadsOpt,
     VerboseOpt,
+    check_path_name,
+    check_stream_numbers,
     choose_format,
     cli_errors,
     engine_options,
@@ -34,7 +36,7 @@ from streamasr.commands.common import (
     report_error,
     setup_logging,
 )
-from streamasr.errors import InputError, UsageError
+from streamasr.errors import InputError
 from streamasr.render import Renderer
 from streamasr.stream import StreamOptions, StreamSession
 
@@ -49,6 +51,7 @@ def stream_one(
     realtime: bool,
 ) -> None:
     """Stream one file; on any interruption, flush what was recognised, then re-raise."""
+    check_path_name(path)
     source = FileSource(path)
     if source.info.frames == 0:
         log.warning("%s has no audio samples; the transcript is empty", path)
@@ -139,12 +142,7 @@ def _prepare(
     from streamasr.backends.sherpa import SherpaRecognizer
     from streamasr.modeldir import resolve_model
 
-    if block_ms is not None and block_ms <= 0:
-        raise UsageError(f"--block-ms must be positive, got {block_ms}")
-    if tail_padding < 0:
-        raise UsageError(f"--tail-padding must be zero or more seconds, got {tail_padding}")
-    if chunk is not None and chunk <= 0:
-        raise UsageError(f"--chunk must be a positive number of 50 Hz frames, got {chunk}")
+    check_stream_numbers(block_ms, tail_padding, chunk)
     fmt_name = choose_format(fmt)
     engine = engine_options(
         threads, decoding_method, hotwords, hotwords_score, endpoint, rule1, rule2, rule3

@@ -28,6 +28,7 @@ from streamasr.commands.common import (
     TailOpt,
     ThreadsOpt,
     VerboseOpt,
+    check_number,
     cli_errors,
     err_console,
     report_error,
@@ -45,7 +46,7 @@ from streamasr.mic import (
     select_device,
 )
 from streamasr.onset import OnsetOptions
-from streamasr.render import JsonlRenderer, LiveRenderer, Renderer
+from streamasr.render import JsonlRenderer, LiveRenderer, Renderer, escape
 from streamasr.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
@@ -217,7 +218,7 @@ def run_capture(
                     if source.channel
                     else f"{source.channels} channel(s) averaged"
                 )
-                _say(f"listening: {name}, {source.sample_rate} Hz, {mix}; Ctrl-C to stop")
+                _say(f"listening: {escape(name)}, {source.sample_rate} Hz, {mix}; Ctrl-C to stop")
             clock.observe(block.arrived_s, captured / source.sample_rate)
             if writer is not None:
                 writer.write(samples)
@@ -290,7 +291,7 @@ def _report_end(
         f"{stats.dropped_s:.2f} s dropped, max backlog {stats.max_backlog_s:.2f} s"
     )
     if writer is not None:
-        _say(f"saved {writer.frames / source.sample_rate:.2f} s to {writer.path}")
+        _say(f"saved {writer.frames / source.sample_rate:.2f} s to {escape(str(writer.path))}")
 
 
 def format_devices(devices: list[DeviceInfo]) -> str:
@@ -357,10 +358,9 @@ def register(app: typer.Typer) -> None:
         log_file: IO[str] | None = None
         try:
             with cli_errors():
-                if duration is not None and duration <= 0:
-                    raise UsageError(f"--duration must be positive seconds, got {duration}")
-                if max_backlog <= 0:
-                    raise UsageError(f"--max-backlog must be positive seconds, got {max_backlog}")
+                check_number("--duration", duration, 0, 7 * 86400, "s", low_open=True)
+                check_number("--max-backlog", max_backlog, 0, 3600, "s", low_open=True)
+                check_number("--channel", channel, 1, 1024, "(1-based)")
                 recognizer, options, renderer = _prepare(
                     model,
                     chunk,
