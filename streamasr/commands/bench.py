@@ -74,6 +74,15 @@ def register(app: typer.Typer) -> None:
                 "aggregate throughput (results must equal one stream's)."
             ),
         ] = 1,
+        workers: Annotated[
+            int,
+            typer.Option(
+                help="Decode the one-stream pass in N worker processes, each with its own "
+                "engine, to use N cores (try --threads 1 --workers $(nproc)). Results are "
+                "identical to one worker; default 1 keeps the per-utterance compute times free "
+                "of contention between workers."
+            ),
+        ] = 1,
         out: Annotated[Path, typer.Option(help="Folder for results.json and results.md.")] = Path(
             "bench-results"
         ),
@@ -118,6 +127,7 @@ def register(app: typer.Typer) -> None:
             metric=metric,
             realtime=realtime,
             streams=streams,
+            workers=workers,
             out=out,
             baseline=baseline,
             fail_on=fail_on,
@@ -157,6 +167,7 @@ class BenchRequest:
     metric: str = "auto"
     realtime: bool = False
     streams: int = 1
+    workers: int = 1
     out: Path = Path("bench-results")
     baseline: Path | None = None
     fail_on: str | None = None
@@ -179,6 +190,9 @@ class BenchRequest:
             raise UsageError(f"--limit must be at least 1, got {self.limit}")
         if self.streams < 1:
             raise UsageError(f"--streams must be at least 1, got {self.streams}")
+        from streamasr.bench.workers import check_workers
+
+        check_workers(self.workers)
         if self.realtime and self.streams > 1:
             raise UsageError("--realtime paces one live stream at a time; use it without --streams")
         if self.metric not in (*METRICS, "auto"):
@@ -231,9 +245,16 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
             "metric": metric,
             "realtime": request.realtime,
             "streams": request.streams,
+            "workers": request.workers,
             "limit": request.limit,
         }
     )
+    if request.workers > 1:
+        from functools import partial
+
+        from streamasr.bench.workers import run_setting_in_workers
+
+        run_setting = partial(run_setting_in_workers, workers=request.workers)
     results = _run_all(settings, engine, data.utterances, options, request.streams, run_setting)
     doc = report.results_document(run, report.dataset_record(data), results)
     checks = report.compare(baseline, doc, rules) if baseline is not None else []
