@@ -46,6 +46,7 @@ class ServerState:
     drops_left: int = 0
     ignore_range: bool = False
     stall_s: float = 0.0  # with drop_after: go silent this long before closing
+    trickle_s: float = 0.0  # send one byte, then wait this long, and so on
     redirects: dict[str, str] = field(default_factory=dict)
     requests: list[tuple[str, str | None]] = field(default_factory=list)
 
@@ -92,6 +93,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.send_header("Accept-Ranges", "bytes")
         self.end_headers()
+        if state.trickle_s:
+            try:
+                for index in range(len(payload)):
+                    self.wfile.write(payload[index : index + 1])
+                    self.wfile.flush()
+                    time.sleep(state.trickle_s)
+            except OSError:  # the client gave up on us, as it should
+                self.close_connection = True
+            return
         if state.drop_after is not None and state.drops_left > 0:
             state.drops_left -= 1
             self.wfile.write(payload[: state.drop_after])
