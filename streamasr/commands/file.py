@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Annotated
 
 import typer
 
-from streamasr.audio import FileSource, paced
+from streamasr.audio import STDIN_NAME, FileSource, paced
 from streamasr.backends.base import Recognizer
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
@@ -37,7 +38,7 @@ from streamasr.commands.common import (
     setup_logging,
 )
 from streamasr.errors import InputError
-from streamasr.render import Renderer
+from streamasr.render import LiveRenderer, ProgressDisplay, Renderer, TextRenderer
 from streamasr.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
@@ -49,6 +50,7 @@ def stream_one(
     renderer: Renderer,
     options: StreamOptions,
     realtime: bool,
+    progress: ProgressDisplay | None = None,
 ) -> None:
     """Stream one file; on any interruption, flush what was recognised, then re-raise."""
     check_path_name(path)
@@ -57,6 +59,9 @@ def stream_one(
         log.warning("%s has no audio samples; the transcript is empty", path)
     session = StreamSession(recognizer, source.sample_rate, path, options)
     renderer.begin(path)
+    if progress is not None:
+        # a buffered pipe's header may not state the true length: position only
+        progress.begin(path, None if path == STDIN_NAME else source.info.duration_s)
     blocks = source.blocks(session.block_s)
     if realtime:
         blocks = paced(blocks, source.sample_rate)
@@ -64,7 +69,13 @@ def stream_one(
         for block in blocks:
             for event in session.feed(block):
                 renderer.event(event)
+                if progress is not None:
+                    progress.event(event)
+            if progress is not None:
+                progress.advance(session.audio_s)
     finally:
+        if progress is not None:
+            progress.end()
         for event in session.finish():
             renderer.event(event)
         renderer.end(session.summary())
@@ -106,10 +117,13 @@ def register(app: typer.Typer) -> None:
                 model, chunk, fp32, threads, decoding_method, hotwords, hotwords_score,
                 endpoint, rule1, rule2, rule3, block_ms, tail_padding, realtime, fmt,
             )
+        if isinstance(renderer, TextRenderer) and len(paths) > 1:
+            renderer.headers = True
+        progress = progress_display(renderer)
         failed = 0
         for path in paths:
             try:
-                stream_one(path, recognizer, renderer, options, realtime)
+                stream_one(path, recognizer, renderer, options, realtime, progress)
             except InputError as exc:
                 failed += 1
                 report_error(exc)
@@ -119,6 +133,13 @@ def register(app: typer.Typer) -> None:
         if failed:
             err_console.print(f"{failed} of {len(paths)} inputs failed", highlight=False)
             raise typer.Exit(1)
+
+
+def progress_display(renderer: Renderer) -> ProgressDisplay | None:
+    """A progress bar on stderr when data goes to a file or pipe and stderr is a terminal."""
+    if isinstance(renderer, LiveRenderer) or sys.stdout.isatty() or not err_console.is_terminal:
+        return None
+    return ProgressDisplay(err_console)
 
 
 def _prepare(

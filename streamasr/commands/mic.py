@@ -37,6 +37,7 @@ from streamasr.commands.common import (
 from streamasr.commands.file import _prepare
 from streamasr.errors import DeviceError, StreamAsrError, UsageError
 from streamasr.events import Event, FirstToken, StreamSummary
+from streamasr.level import LevelMeter, LevelReading, LevelTotals
 from streamasr.mic import (
     DEFAULT_MAX_BACKLOG_S,
     AudioWriter,
@@ -130,6 +131,19 @@ class SessionOutput:
                 f"(wall clock; {event.latency_s * 1000:.0f} ms of audio)[/dim]"
             )
 
+    def level(self, reading: LevelReading, previous: LevelReading | None) -> None:
+        """The input level: a meter in the live view; otherwise a line when a warning starts."""
+        if isinstance(self.renderer, LiveRenderer):
+            self.renderer.level(reading)
+            return
+        if reading.no_signal and (previous is None or not previous.no_signal):
+            _say(
+                f"[yellow]no signal for {reading.silent_for_s:.0f} s: is the input muted, or "
+                "the wrong device? (`streamasr devices`, --device)[/yellow]"
+            )
+        if reading.clipping and (previous is None or not previous.clipping):
+            _say("[red]the input is clipping (samples at full scale): lower the gain[/red]")
+
     def end(self, summary: StreamSummary) -> None:
         self.renderer.end(summary)
         if self.jsonl is not None:
@@ -202,6 +216,9 @@ def run_capture(
     seen_overflows = 0
     seen_dropped = 0
     name = source.device.describe()
+    # the meter runs on audio time: a backlog must not make silence look shorter or longer
+    meter = LevelMeter(source.sample_rate, clock=lambda: fed / source.sample_rate)
+    reading: LevelReading | None = None
     source.start()
     try:
         for block in source.blocks():
@@ -225,6 +242,9 @@ def run_capture(
             fed += len(samples)
             for event in session.feed(samples):
                 output.event(event)
+            if len(samples):
+                previous, reading = reading, meter.update(samples)
+                output.level(reading, previous)
             stats = source.stats()
             now = time.monotonic()
             backlog = source.backlog_s
@@ -264,6 +284,7 @@ def run_capture(
             writer.close()
         output.close()
         _report_end(source, output, summary, writer)
+        _report_level(meter.totals())
     return summary
 
 
@@ -292,6 +313,26 @@ def _report_end(
     )
     if writer is not None:
         _say(f"saved {writer.frames / source.sample_rate:.2f} s to {escape(str(writer.path))}")
+
+
+def _report_level(totals: LevelTotals) -> None:
+    """Say so if the whole capture was silent, or if any of it clipped."""
+    if totals.silent:
+        loudest = (
+            "digital silence"
+            if totals.max_level_dbfs == float("-inf")
+            else f"never above {totals.max_level_dbfs:.1f} dBFS"
+        )
+        _say(
+            f"[yellow]the whole capture was silent ({loudest}; floor {totals.floor_dbfs:.0f} "
+            "dBFS): check that the input is not muted and that --device is the microphone "
+            "(`streamasr devices`)[/yellow]"
+        )
+    if totals.clipped:
+        _say(
+            f"[yellow]the capture clipped: {totals.clipped_samples} sample(s) in "
+            f"{totals.clipped_blocks} block(s) reached full scale; lower the input gain[/yellow]"
+        )
 
 
 def format_devices(devices: list[DeviceInfo]) -> str:
