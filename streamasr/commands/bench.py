@@ -11,6 +11,7 @@ import typer
 
 from streamasr.backends.base import EngineOptions
 from streamasr.commands.common import (
+    DEFAULT_THREADS,
     EXIT_INTERRUPTED,
     BlockOpt,
     DecodingOpt,
@@ -105,7 +106,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         fp32: Fp32Opt = False,
-        threads: ThreadsOpt = 2,
+        threads: ThreadsOpt = DEFAULT_THREADS,
         decoding_method: DecodingOpt = "greedy_search",
         hotwords: HotwordsOpt = None,
         hotwords_score: HotwordsScoreOpt = 1.5,

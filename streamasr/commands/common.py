@@ -55,7 +55,19 @@ ChunkOpt = Annotated[
     ),
 ]
 Fp32Opt = Annotated[bool, typer.Option("--fp32", help="Use fp32 ONNX files even if int8 exist.")]
-ThreadsOpt = Annotated[int, typer.Option(help="CPU threads for the engine.")]
+#: Engine threads by default. Measured with the full-size en-2023-06-26 architecture on a
+#: 2-core machine (scripts/perf_report.py): one thread per engine is faster than two, per
+#: stream and for batches, and more engines (bench --workers) use more cores better than more
+#: threads per engine.
+DEFAULT_THREADS = 1
+ThreadsOpt = Annotated[
+    int,
+    typer.Option(
+        help="CPU threads for the engine. Default 1: on a 2-core machine 2 threads were "
+        "1.4-1.8x slower than 1 for the full-size model and used ~3x the CPU; to use more "
+        "cores run more streams (bench --workers N, --streams N) rather than more threads."
+    ),
+]
 DecodingOpt = Annotated[
     str, typer.Option(help="greedy_search or modified_beam_search.")
 ]

@@ -12,6 +12,7 @@ import typer
 
 from streamasr.backends.base import Recognizer
 from streamasr.commands.common import (
+    DEFAULT_THREADS,
     EXIT_INTERRUPTED,
     BlockOpt,
     ChunkOpt,
@@ -371,7 +372,7 @@ def register(app: typer.Typer) -> None:
         model: ModelOpt = None,
         chunk: ChunkOpt = None,
         fp32: Fp32Opt = False,
-        threads: ThreadsOpt = 2,
+        threads: ThreadsOpt = DEFAULT_THREADS,
         decoding_method: DecodingOpt = "greedy_search",
         hotwords: HotwordsOpt = None,
         hotwords_score: HotwordsScoreOpt = 1.5,
