@@ -18,7 +18,11 @@ from typer.testing import CliRunner
 from streamasr.commands.latency import register
 from streamasr.errors import UsageError
 from streamasr.mask import (
+    MAX_LAYERS,
+    MAX_STEPS,
+    UNLIMITED,
     build_mask_report,
+    check_mask_numbers,
     chunk_mask,
     chunked_limited_mask,
     history_steps,
@@ -220,6 +224,23 @@ def test_receptive_field_of_one_layer_is_the_mask():
     np.testing.assert_array_equal(receptive_field(CHUNKED_6_2, 1), CHUNKED_6_2)
     with pytest.raises(UsageError):
         receptive_field(CHUNKED_6_2, 0)
+
+
+def test_depth_is_bounded_and_stops_at_the_fixed_point():
+    band = regular_mask(40, 6, 2)
+    # a band of +2 per layer covers 40 steps within 20 layers; deeper reaches nothing new
+    full = receptive_field(band, 20)
+    assert full.all()
+    np.testing.assert_array_equal(receptive_field(band, MAX_LAYERS), full)
+    with pytest.raises(UsageError, match=f"--layers {MAX_LAYERS + 1}: use 1 to {MAX_LAYERS}"):
+        receptive_field(band, MAX_LAYERS + 1)
+    with pytest.raises(UsageError, match="--layers 100000000"):
+        check_mask_numbers(12, None, UNLIMITED, 100_000_000)
+    with pytest.raises(UsageError, match=f"--steps {MAX_STEPS + 1}"):
+        check_mask_numbers(MAX_STEPS + 1, None, UNLIMITED, 1)
+    with pytest.raises(UsageError, match="--left-chunks"):
+        check_mask_numbers(12, 2, 10**9, 1)
+    check_mask_numbers(MAX_STEPS, MAX_STEPS, UNLIMITED, MAX_LAYERS)  # the limits themselves pass
 
 
 def test_history_steps_per_row():
