@@ -333,3 +333,89 @@ def test_cli_errors_go_to_stderr_with_exit_codes(cli):
     assert result.exit_code == 2 and "--att-context-size" in result.stderr
     result = run(cli, "--att-context-size", "70,13", "-f", "yaml")
     assert result.exit_code == 2 and "table" in result.stderr
+
+
+# --- every catalog name, and pulled models ---------------------------------------------------
+
+
+def test_every_catalog_alias_and_release_name_has_a_budget(cli):
+    from streamasr import catalog
+
+    for entry in catalog.CATALOG:
+        for name in (*entry.aliases, entry.name):
+            result = run(cli, "--model", name, "-f", "json")
+            assert result.exit_code == 0, (name, result.output)
+            lines = lines_by_key(result)
+            assert lines["chunk_ms"]["value"] == max(
+                [e.chunk_ms for e in entry.exports] + [a.chunk_ms for a in entry.att_context_sizes]
+            ), name
+
+
+def test_kroko_first_decode_comes_after_about_1_4_s(cli):
+    result = run(cli, "--model", "en-kroko", "-f", "json")
+    assert result.exit_code == 0, result.output
+    lines = lines_by_key(result)
+    assert lines["chunk_ms"]["value"] == 1280  # decode_chunk_len 128: chunk 64
+    assert lines["lookahead_ms"]["value"] == 130
+    assert lines["first_step_ms"]["value"] == 1417.5  # T = 141: 1410 ms + 7.5 ms
+
+
+def test_nemo_catalog_models_pick_their_trained_look_aheads(cli):
+    result = run(cli, "--model", "nemo-fastconformer-multi", "-f", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    lines = {line["key"]: line for line in data["lines"]}
+    assert (lines["chunk_ms"]["value"], lines["lookahead_ms"]["value"]) == (1120, 1040)
+    assert "[70,13], [70,6], [70,1], [70,0]" in data["notes"][-1]
+    low = lines_by_key(
+        run(cli, "--model", "nemo-fastconformer-multi", "--chunk", "4", "-f", "json")
+    )
+    assert (low["chunk_ms"]["value"], low["lookahead_ms"]["value"]) == (80, 0)
+    eou = lines_by_key(run(cli, "--model", "parakeet-eou-120m", "-f", "json"))
+    assert (eou["chunk_ms"]["value"], eou["lookahead_ms"]["value"]) == (160, 80)
+    bad = run(cli, "--model", "nemo-fastconformer-multi", "--chunk", "16")
+    assert bad.exit_code == 2 and "not trained for --chunk 16" in bad.stderr
+    measure = run(cli, "--model", "nemo-fc-80ms", "--measure")
+    assert measure.exit_code == 2 and "NeMo FastConformer" in measure.stderr
+
+
+def _latency_process(home: Path, *args: str):
+    from test_store_security import streamasr
+
+    return streamasr(home, "latency", *args)
+
+
+def test_ctc_alias_in_a_fresh_process(tmp_path):
+    result = _latency_process(tmp_path / "cache", "--model", "ctc-multi-zh-hans", "-f", "json")
+    assert result.returncode == 0, result.stderr
+    lines = {line["key"]: line for line in json.loads(result.stdout)["lines"]}
+    assert lines["first_step_ms"]["value"] == 457.5
+    assert json.loads(result.stdout)["settings"]["left_context"] == 128
+
+
+def test_measure_finds_a_pulled_model_the_way_file_does(tmp_path):
+    """`models pull en` (here from a local archive of the tiny model, its own digest given
+    because the catalog's is the real release's), then `latency --model en --measure`."""
+    from test_store import build_archive
+    from test_store_security import streamasr
+
+    from streamasr import store
+
+    home = tmp_path / "cache"
+    missing = _latency_process(home, "--model", "en", "--measure")
+    assert missing.returncode == 2
+    assert "Download it with `streamasr models pull en`" in missing.stderr
+
+    archive = tmp_path / "en.tar.bz2"
+    archive.write_bytes(build_archive("sherpa-onnx-streaming-zipformer-en-2023-06-26"))
+    pulled = streamasr(home, "models", "pull", "en", "--archive", str(archive),
+                       "--sha256", store.sha256_file(archive))
+    assert pulled.returncode == 0, pulled.stderr
+    result = _latency_process(home, "--model", "en", "--measure", "-f", "json")
+    assert result.returncode == 0, result.stderr
+    lines = {line["key"]: line for line in json.loads(result.stdout)["lines"]}
+    assert lines["measured_first_step_ms"]["value"] == 467.5  # the engine really ran
+    assert lines["measured_step_interval_ms"]["value"] == 320
+    by_path = _latency_process(home, "--model", str(home / "sherpa-onnx-streaming-zipformer-en-"
+                                                      "2023-06-26"), "-f", "json")
+    assert by_path.returncode == 0
