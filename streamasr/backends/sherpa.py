@@ -14,6 +14,7 @@ import numpy as np
 from streamasr.backends.base import EngineOptions, Hypothesis
 from streamasr.errors import ModelError, UsageError
 from streamasr.modeldir import ModelFiles
+from streamasr.tokens import AssembledText, Vocabulary, assemble, read_vocabulary, tidy_spacing
 
 log = logging.getLogger("streamasr")
 
@@ -68,11 +69,31 @@ class SherpaRecognizer:
     """A loaded sherpa-onnx streaming model."""
 
     def __init__(self, files: ModelFiles, options: EngineOptions) -> None:
-        import sherpa_onnx
-
         check_engine_options(options, files.kind)
         self.files = files
         self.options = options
+        self.vocabulary = read_vocabulary(files.tokens)
+        with contextlib.ExitStack() as stack:
+            hotword_setup: dict[str, object] = {}
+            if options.hotwords_file and files.kind == "transducer":
+                from streamasr.hotwords import HOTWORD_MIN_ACTIVE_PATHS, engine_hotword_options
+
+                hotword_setup = dict(
+                    stack.enter_context(
+                        engine_hotword_options(
+                            Path(options.hotwords_file), self.vocabulary, files.directory
+                        )
+                    )
+                )
+                hotword_setup["max_active_paths"] = max(
+                    options.max_active_paths, HOTWORD_MIN_ACTIVE_PATHS
+                )
+            self.engine = self._load(files, options, hotword_setup)
+
+    @staticmethod
+    def _load(files: ModelFiles, options: EngineOptions, hotword_setup: dict) -> object:
+        import sherpa_onnx
+
         endpoint = options.endpoint
         common = dict(
             tokens=str(files.tokens),
@@ -87,19 +108,22 @@ class SherpaRecognizer:
         )
         try:
             if files.kind == "transducer":
-                self.engine = sherpa_onnx.OnlineRecognizer.from_transducer(
-                    encoder=str(files.encoder),
-                    decoder=str(files.decoder),
-                    joiner=str(files.joiner),
+                transducer = dict(
                     max_active_paths=options.max_active_paths,
                     hotwords_file=options.hotwords_file,
                     hotwords_score=options.hotwords_score,
+                )
+                transducer.update(hotword_setup)
+                return sherpa_onnx.OnlineRecognizer.from_transducer(
+                    encoder=str(files.encoder),
+                    decoder=str(files.decoder),
+                    joiner=str(files.joiner),
+                    **transducer,
                     **common,
                 )
-            else:
-                self.engine = sherpa_onnx.OnlineRecognizer.from_zipformer2_ctc(
-                    model=str(files.encoder), **common
-                )
+            return sherpa_onnx.OnlineRecognizer.from_zipformer2_ctc(
+                model=str(files.encoder), **common
+            )
         except (RuntimeError, ValueError) as exc:
             raise ModelError(
                 f"sherpa-onnx could not load model {files.directory}: {exc}. "
@@ -122,7 +146,7 @@ class SherpaRecognizer:
 
     def create_stream(self) -> SherpaStream:
         """Open a new stream on this model."""
-        return SherpaStream(self.engine)
+        return SherpaStream(self.engine, self.vocabulary)
 
     def decode_many(self, streams: list[SherpaStream]) -> int:
         """One batched encoder step over every stream that has a chunk ready."""
@@ -135,10 +159,18 @@ class SherpaRecognizer:
 class SherpaStream:
     """One sherpa-onnx OnlineStream with the engine it belongs to."""
 
-    def __init__(self, engine: object) -> None:
+    def __init__(self, engine: object, vocabulary: Vocabulary | None = None) -> None:
         self.engine = engine
         self.stream = engine.create_stream()
         self._announced_rate = ENGINE_SAMPLE_RATE
+        # byte-level models: the engine's text is not whole characters, so text is built
+        # from the token pieces (see streamasr.tokens)
+        self._from_pieces = vocabulary is not None and vocabulary.token_type == "byte"
+        self._finished = False
+        self._last_pieces: tuple[str, ...] = ()
+        self._segment = 0
+        self._reported_segment = -1
+        self.dropped_bytes = 0  # bytes dropped at finals because they formed no character
 
     def accept(self, sample_rate: int, samples: np.ndarray) -> None:
         """Buffer audio; sherpa-onnx resamples non-16 kHz audio itself."""
@@ -158,18 +190,51 @@ class SherpaStream:
         return True
 
     def text(self) -> str:
-        """Current text of the open segment."""
-        return self.engine.get_result(self.stream).strip()
+        """Current text of the open segment, whole characters only."""
+        if self._from_pieces:
+            return self._assembled(self._pieces(self.engine.get_result_all(self.stream))).text
+        return tidy_spacing(self.engine.get_result(self.stream))
 
     def hypothesis(self) -> Hypothesis:
         """Current text, tokens and absolute token times."""
         result = self.engine.get_result_all(self.stream)
         start = float(result.start_time)
+        pieces = self._pieces(result)
+        if self._from_pieces:
+            text = self._assembled(pieces).text
+        else:
+            text = tidy_spacing(result.text)
+        times = np.round(np.add(result.timestamps, start), 3).tolist()
         return Hypothesis(
-            text=result.text.strip(),
-            tokens=tuple(result.tokens),
-            token_times_s=tuple(np.round(np.add(result.timestamps, start), 3).tolist()),
+            text=text,
+            tokens=pieces,
+            token_times_s=tuple(times[: len(pieces)]),
             segment_start_s=start,
+        )
+
+    def _pieces(self, result: object) -> tuple[str, ...]:
+        """The token pieces; a build that hands out half characters keeps the last good ones."""
+        try:
+            self._last_pieces = tuple(result.tokens)
+        except UnicodeDecodeError:
+            log.debug("engine returned tokens that are not UTF-8; keeping the previous ones")
+        return self._last_pieces
+
+    def _assembled(self, pieces: tuple[str, ...]) -> AssembledText:
+        """Whole characters; once no more audio can come, an incomplete tail is dropped."""
+        final = self._finished and not self.engine.is_ready(self.stream)
+        assembled = assemble(pieces, final=final)
+        if final and assembled.dropped_bytes and self._reported_segment != self._segment:
+            self._report_dropped(assembled.dropped_bytes)
+        return assembled
+
+    def _report_dropped(self, count: int) -> None:
+        self._reported_segment = self._segment
+        self.dropped_bytes += count
+        log.warning(
+            "segment %d: dropped %d byte(s) the model emitted that form no complete character",
+            self._segment,
+            count,
         )
 
     def is_endpoint(self) -> bool:
@@ -178,8 +243,16 @@ class SherpaStream:
 
     def reset(self) -> None:
         """Begin a new segment after an endpoint."""
+        if self._from_pieces:
+            pieces = self._pieces(self.engine.get_result_all(self.stream))
+            dropped = assemble(pieces, final=True).dropped_bytes
+            if dropped and self._reported_segment != self._segment:
+                self._report_dropped(dropped)
         self.engine.reset(self.stream)
+        self._last_pieces = ()
+        self._segment += 1
 
     def input_finished(self) -> None:
         """No more audio will come; lets the engine process what it holds."""
+        self._finished = True
         self.stream.input_finished()

@@ -1,0 +1,151 @@
+"""Hotwords: check that every word can be written in the model's tokens, and tell the engine how.
+
+Why: sherpa-onnx encodes a hotwords file with the model's modeling unit (``cjkchar``,
+``bpe``, ``cjkchar+bpe``) and, for BPE, a ``bpe.vocab`` of pieces. Without them, or for a
+word its tokens cannot spell, it logs "Failed to encode some hotwords, skip them" and runs on
+as if there were none. Here the file is checked first, so a word that cannot be encoded is
+refused by name, and the engine is given the unit and a vocabulary (the model's own
+``bpe.vocab``, or one written from tokens.txt when the model ships none).
+
+File format (the engine's): one hotword or phrase per line, an optional `` :SCORE`` at the end
+of a line overrides --hotwords-score for it; blank lines are ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamasr.errors import UsageError
+from streamasr.tokens import WORD_BOUNDARY, Vocabulary, is_cjk
+
+# With the engine's default 4 active paths a word the model scores low never enters the
+# beam, so its bonus is never applied; hotwords widen the beam to at least this.
+HOTWORD_MIN_ACTIVE_PATHS = 32
+_SCORE_SUFFIX = re.compile(r"\s+:\s*[-+]?\d+(\.\d*)?\s*$")
+
+
+@dataclass(frozen=True)
+class HotwordCheck:
+    """The phrases of a hotwords file and the words among them the model cannot spell."""
+
+    phrases: tuple[str, ...]
+    unencodable: tuple[str, ...]
+
+
+def read_phrases(path: Path) -> tuple[str, ...]:
+    """Non-empty lines without their optional ' :SCORE' suffix."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--hotwords file {path} is not UTF-8 text; save it as UTF-8") from exc
+    except OSError as exc:
+        raise UsageError(f"--hotwords file {path} cannot be read: {exc.strerror}") from exc
+    return tuple(_SCORE_SUFFIX.sub("", line).strip() for line in text.splitlines() if line.strip())
+
+
+def check_phrases(phrases: tuple[str, ...], vocabulary: Vocabulary) -> HotwordCheck:
+    """Which words of the phrases the model's tokens cannot spell (in the engine's way)."""
+    pieces = vocabulary.pieces
+    bad: list[str] = []
+    for phrase in phrases:
+        for word in phrase.split():
+            if not _encodable(word, vocabulary.token_type, pieces) and word not in bad:
+                bad.append(word)
+    return HotwordCheck(phrases, tuple(bad))
+
+
+def _encodable(word: str, token_type: str, pieces: frozenset[str]) -> bool:
+    if token_type in ("word", "bpe"):
+        return _spells(WORD_BOUNDARY + word, pieces)
+    if token_type == "cjkchar":
+        return all(char in pieces for char in word)
+    if token_type == "cjkchar+bpe":
+        return all(
+            (run in pieces) if is_cjk(run[0]) else _spells(WORD_BOUNDARY + run, pieces)
+            for run in _runs(word)
+        )
+    return False
+
+
+def _runs(word: str) -> list[str]:
+    """Single CJK characters and maximal runs of other characters."""
+    runs: list[str] = []
+    for char in word:
+        if is_cjk(char) or not runs or is_cjk(runs[-1][0]):
+            runs.append(char)
+        else:
+            runs[-1] += char
+    return runs
+
+
+def _spells(text: str, pieces: frozenset[str]) -> bool:
+    """True when text is a concatenation of vocabulary pieces."""
+    longest = max((len(p) for p in pieces), default=0)
+    reachable = [True] + [False] * len(text)
+    for end in range(1, len(text) + 1):
+        for start in range(max(0, end - longest), end):
+            if reachable[start] and text[start:end] in pieces:
+                reachable[end] = True
+                break
+    return reachable[-1]
+
+
+@contextlib.contextmanager
+def engine_hotword_options(
+    hotwords_file: Path, vocabulary: Vocabulary, model_dir: Path
+) -> Iterator[dict[str, str]]:
+    """Check the file and yield the engine keywords (modeling_unit, bpe_vocab) for it.
+
+    A derived bpe.vocab lives in a temporary folder only while the engine loads it.
+    """
+    if vocabulary.token_type == "byte":
+        raise UsageError(
+            "--hotwords: this model's tokens are raw bytes (<0xE4>-style), which sherpa-onnx "
+            "cannot encode hotwords with; drop --hotwords for this model"
+        )
+    phrases = read_phrases(hotwords_file)
+    if not phrases:
+        raise UsageError(f"--hotwords file {hotwords_file} has no hotwords; one per line")
+    found = check_phrases(phrases, vocabulary)
+    if found.unencodable:
+        raise UsageError(
+            f"--hotwords: {', '.join(found.unencodable)} cannot be written with this model's "
+            f"tokens ({vocabulary.token_type}); {_hint(vocabulary)}"
+        )
+    options = {"modeling_unit": vocabulary.modeling_unit}
+    if vocabulary.token_type == "cjkchar":
+        yield options
+        return
+    own = model_dir / "bpe.vocab"
+    if own.is_file():
+        yield {**options, "bpe_vocab": str(own)}
+        return
+    with tempfile.TemporaryDirectory(prefix="streamasr-hotwords-") as tmp:
+        derived = Path(tmp) / "bpe.vocab"
+        derived.write_text(_vocab_from_tokens(vocabulary), encoding="utf-8")
+        yield {**options, "bpe_vocab": str(derived)}
+
+
+def _vocab_from_tokens(vocabulary: Vocabulary) -> str:
+    """piece<TAB>score lines; longer pieces score higher, so the fewest pieces win."""
+    return "".join(
+        f"{p}\t{-1.0 / len(p):.4f}\n"
+        for p in sorted(vocabulary.pieces)
+        if not any(is_cjk(c) for c in p)
+    )
+
+
+def _hint(vocabulary: Vocabulary) -> str:
+    letters = [c for p in vocabulary.pieces for c in p if c.isalpha() and c.isascii()]
+    if vocabulary.token_type == "cjkchar":
+        return "use only characters that are in its tokens.txt"
+    if letters and all(c.isupper() for c in letters):
+        return "its English tokens are upper case: write words in upper case, as in tokens.txt"
+    if vocabulary.token_type == "word":
+        return "it knows whole words only: use words that are in its tokens.txt"
+    return "use words its tokens.txt can spell"

@@ -1,0 +1,198 @@
+"""What kind of tokens a model emits, and how they become text that is always whole characters.
+
+Why: released streaming models use four styles of tokens.txt, and the engine's own text is
+wrong for some of them:
+
+- ``word``: every token is a whole word with the SentencePiece boundary mark, ``▁HELLO``
+  (the bundled tiny-en);
+- ``bpe``: word pieces, ``▁HE`` ``LLO`` (English releases);
+- ``cjkchar``: one Chinese character per token (Mandarin releases);
+- ``cjkchar+bpe``: Chinese characters and English pieces in one vocabulary (the bilingual
+  zh-en release);
+- ``byte``: byte-fallback pieces such as ``<0xE4>``; three of them make one Chinese character.
+  sherpa-onnx 2.0.1 returns these tokens as the literal ``<0xE4>`` strings and garbles the
+  text, and other builds hand out half characters.
+
+Text is assembled here from the token pieces: pieces become UTF-8 bytes, an incomplete
+character at the end is held back until its last byte arrives (or dropped at a final, and
+counted), bytes that can never form a character are dropped and counted, and spacing follows
+one rule for every type: English words are separated by one space, CJK characters are not,
+and a CJK character next to a Latin word gets one space between them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamasr.errors import ModelError
+
+WORD_BOUNDARY = "\u2581"
+TOKEN_TYPES = ("word", "bpe", "cjkchar", "cjkchar+bpe", "byte")
+_BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+
+def is_cjk(char: str) -> bool:
+    """A character written without spaces around it (Chinese, Japanese kana, CJK punctuation)."""
+    code = ord(char)
+    return (
+        0x4E00 <= code <= 0x9FFF  # CJK unified ideographs
+        or 0x3400 <= code <= 0x4DBF  # extension A
+        or 0x20000 <= code <= 0x2FA1F  # extensions B.. and compatibility supplement
+        or 0xF900 <= code <= 0xFAFF  # compatibility ideographs
+        or 0x3040 <= code <= 0x30FF  # hiragana, katakana
+        or 0x3000 <= code <= 0x303F  # CJK punctuation
+        or 0xFF00 <= code <= 0xFFEF  # full-width forms
+    )
+
+
+def _is_latin(char: str) -> bool:
+    return char.isalnum() and not is_cjk(char)
+
+
+def byte_value(piece: str) -> int | None:
+    """The byte a ``<0xE4>``-style piece stands for; None for any other piece."""
+    match = _BYTE_TOKEN.match(piece)
+    return int(match.group(1), 16) if match else None
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The symbols of a model's tokens.txt (index = token id) and their style."""
+
+    symbols: tuple[str, ...]
+    token_type: str
+
+    @property
+    def modeling_unit(self) -> str:
+        """What sherpa-onnx's hotword encoder calls this style ('' where it has none)."""
+        units = {"word": "bpe", "bpe": "bpe", "cjkchar": "cjkchar", "cjkchar+bpe": "cjkchar+bpe"}
+        return units.get(self.token_type, "")
+
+    @property
+    def pieces(self) -> frozenset[str]:
+        """Every symbol that is a real piece (no <blk>, <unk>, <sos/eos>)."""
+        return frozenset(s for s in self.symbols if s and not _is_special(s))
+
+
+def _is_special(symbol: str) -> bool:
+    return symbol.startswith("<") and symbol.endswith(">") and byte_value(symbol) is None
+
+
+def read_vocabulary(path: Path | str) -> Vocabulary:
+    """Read tokens.txt ('<symbol> <id>' per line) and detect its token type."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelError(
+            f"cannot read {path}: {exc}. Re-pull the model (streamasr models pull NAME --force)"
+        ) from exc
+    by_id: dict[int, str] = {}
+    for number, line in enumerate(lines, 1):
+        parts = line.rsplit(maxsplit=1)
+        if not parts:
+            continue
+        if len(parts) == 1:
+            # a bare id: the symbol is a space (some exports write " 5")
+            symbol, raw_id = " ", parts[0]
+        else:
+            symbol, raw_id = parts
+        if not raw_id.isdigit():
+            raise ModelError(
+                f"{path}:{number}: expected '<symbol> <id>', got {line[:40]!r}. "
+                "Re-pull the model (streamasr models pull NAME --force)"
+            )
+        by_id[int(raw_id)] = symbol
+    symbols = tuple(by_id.get(i, "") for i in range(max(by_id, default=-1) + 1))
+    return Vocabulary(symbols, detect_token_type(symbols))
+
+
+def detect_token_type(symbols: Iterable[str]) -> str:
+    """One of TOKEN_TYPES from what the symbols look like (see the module docstring)."""
+    pieces = [s for s in symbols if s and not _is_special(s)]
+    if any(byte_value(s) is not None for s in pieces):
+        return "byte"
+    cjk = sum(1 for s in pieces if any(is_cjk(c) for c in s))
+    latin = sum(1 for s in pieces if any(c.isascii() and c.isalpha() for c in s))
+    if cjk and latin:
+        return "cjkchar+bpe"
+    if cjk:
+        return "cjkchar"
+    words = [s for s in pieces if s != WORD_BOUNDARY]
+    if words and all(s.startswith(WORD_BOUNDARY) for s in words):
+        return "word"
+    return "bpe"
+
+
+@dataclass(frozen=True)
+class AssembledText:
+    """Text of a token sequence, whole characters only."""
+
+    text: str
+    pending_bytes: int = 0  # an incomplete character at the end, held back
+    dropped_bytes: int = 0  # bytes that can never form a character (and, at a final, pending)
+
+
+def assemble(pieces: Sequence[str], final: bool = False) -> AssembledText:
+    """Join token pieces into text; see the module docstring for the rules."""
+    data = bytearray()
+    for piece in pieces:
+        value = byte_value(piece)
+        if value is not None:
+            data.append(value)
+        else:
+            data.extend(piece.replace(WORD_BOUNDARY, " ").encode("utf-8"))
+    text, pending, dropped = decode_utf8(bytes(data), final)
+    return AssembledText(tidy_spacing(text), pending, dropped)
+
+
+def decode_utf8(data: bytes, final: bool) -> tuple[str, int, int]:
+    """(text, pending, dropped): decode, holding back an incomplete tail unless final."""
+    out: list[str] = []
+    dropped = 0
+    pos = 0
+    while True:
+        try:
+            out.append(data[pos:].decode("utf-8"))
+            pending = 0
+            break
+        except UnicodeDecodeError as exc:
+            out.append(data[pos : pos + exc.start].decode("utf-8"))
+            bad_start = pos + exc.start
+            if exc.reason == "unexpected end of data":
+                tail = len(data) - bad_start
+                pending = 0 if final else tail
+                dropped += tail if final else 0
+                break
+            dropped += exc.end - exc.start
+            pos += exc.end
+    text = "".join(out)
+    replacement = text.count("\ufffd")
+    if replacement:
+        # a tokens.txt may itself hold U+FFFD; it is never shown
+        dropped += 3 * replacement
+        text = text.replace("\ufffd", "")
+    return text, pending, dropped
+
+
+def tidy_spacing(text: str) -> str:
+    """One space between words, none between CJK characters, one at a CJK/Latin boundary."""
+    out: list[str] = []
+    prev = ""
+    gap = False
+    for char in text:
+        if char.isspace() or not char.isprintable():
+            gap = bool(out)
+            continue
+        if prev:
+            both_cjk = is_cjk(prev) and is_cjk(char)
+            boundary = (is_cjk(prev) and _is_latin(char)) or (_is_latin(prev) and is_cjk(char))
+            if (gap and not both_cjk) or boundary:
+                out.append(" ")
+        out.append(char)
+        prev = char
+        gap = False
+    return "".join(out)
