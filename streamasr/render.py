@@ -68,6 +68,15 @@ class LiveRenderer:
         self._meter = meter_text(reading)
         self._show()
 
+    def note(self, message: str) -> None:
+        """A message (Rich markup) printed above the live area, which stays whole below it.
+
+        Printed through the live console: a second console writing to the same terminal
+        would break the live area's idea of where it is.
+        """
+        target = self._live.console if self._live is not None else self.err
+        target.print(message, highlight=False, soft_wrap=True)
+
     def _show(self) -> None:
         if self._live is None:
             return

@@ -7,7 +7,9 @@ Everything here is pure arithmetic on texts and events, so it can be checked by 
   replaced by a space except an apostrophe between two letters ("don't" stays one word),
   whitespace collapsed.
 - WER counts whitespace-separated words; CER counts every character of the normalised text
-  except whitespace (so it suits Chinese and Japanese, where words are not spaced).
+  except whitespace (so it suits Chinese and Japanese, where words are not spaced). MER, the
+  mixed error rate of Chinese-English speech, counts each CJK character and each
+  whitespace-separated run of other characters (an English word) as one unit.
   Edit distance, substitutions, deletions and insertions come from jiwer.
 - First-token latency = audio time when the first non-empty partial appeared minus the speech
   onset; end-of-speech-to-final latency = audio time of the last final minus the speech end.
@@ -30,7 +32,7 @@ import numpy as np
 
 from streamasr.events import Endpoint, Event, Final, FirstToken, Partial
 
-METRICS = ("wer", "cer")
+METRICS = ("wer", "cer", "mer")
 PERCENTILES = (50, 90, 99)
 _SPACES = re.compile(r"\s+")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
@@ -55,12 +57,27 @@ def normalize_text(text: str) -> str:
 
 
 def scoring_units(text: str, metric: str) -> list[str]:
-    """Words (wer) or non-space characters (cer) of the normalised text."""
+    """Words (wer), non-space characters (cer), or CJK characters and other words (mer)."""
     normalized = normalize_text(text)
     if metric == "wer":
         return normalized.split()
     if metric == "cer":
         return [c for c in normalized if not c.isspace()]
+    if metric == "mer":
+        units: list[str] = []
+        for word in normalized.split():
+            run = ""
+            for char in word:
+                if _is_cjk(char):
+                    if run:
+                        units.append(run)
+                        run = ""
+                    units.append(char)
+                else:
+                    run += char
+            if run:
+                units.append(run)
+        return units
     raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
 
 
@@ -201,8 +218,8 @@ def stability(events: Sequence[Event]) -> Stability:
 
 
 def model_metric(model_name: str, tokens_file: str) -> str:
-    """WER or CER by the model's language: the catalog's entry if the model is a known
-    release (Chinese, or Chinese+English -> cer), else what its tokens look like."""
+    """WER, CER or MER by the model's language: the catalog's entry if the model is a known
+    release (Chinese -> cer, Chinese+English -> mer), else its token type."""
     try:
         from streamasr.catalog import find
 
@@ -210,7 +227,16 @@ def model_metric(model_name: str, tokens_file: str) -> str:
     except ImportError:  # pragma: no cover - catalog is part of the package
         entry = None
     if entry is not None:
+        if "zh" in entry.language and "en" in entry.language:
+            return "mer"
         return "cer" if "zh" in entry.language or "ja" in entry.language else "wer"
+    from streamasr.tokens import read_vocabulary
+
+    token_type = read_vocabulary(tokens_file).token_type
+    if token_type == "cjkchar+bpe":
+        return "mer"
+    if token_type == "cjkchar":
+        return "cer"
     return language_metric(tokens_file)
 
 

@@ -314,6 +314,7 @@ _METRIC_PATHS: dict[str, tuple[str, ...]] = {
     "error_rate": ("error_rate_pct",),
     "wer": ("error_rate_pct",),
     "cer": ("error_rate_pct",),
+    "mer": ("error_rate_pct",),
     "rtf": ("rtf",),
     "throughput": ("throughput_x",),
     "streams_throughput": ("streams", "throughput_x"),
@@ -359,7 +360,7 @@ def parse_fail_on(text: str) -> list[Rule]:
         amount = float(number)
         if unit in ("ms", "s") and metric not in _LATENCY:
             raise UsageError(f"--fail-on {term!r}: {metric} is not a latency; drop the {unit}")
-        if unit == "pp" and metric not in ("wer", "cer", "error_rate"):
+        if unit == "pp" and metric not in ("wer", "cer", "mer", "error_rate"):
             raise UsageError(f"--fail-on {term!r}: pp (percentage points) is for wer/cer only")
         if unit == "s":
             amount *= 1000.0

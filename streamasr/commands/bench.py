@@ -59,7 +59,10 @@ def register(app: typer.Typer) -> None:
         limit: Annotated[int | None, typer.Option(help="Use only the first N utterances.")] = None,
         metric: Annotated[
             str,
-            typer.Option(help="wer, cer, or auto (cer for a Chinese/Japanese model, else wer)."),
+            typer.Option(
+                help="wer, cer, mer, or auto: cer for a Chinese model, mer (CJK characters "
+                "and English words) for a Chinese-English one, else wer."
+            ),
         ] = "auto",
         realtime: Annotated[
             bool,
@@ -197,7 +200,7 @@ class BenchRequest:
         if self.realtime and self.streams > 1:
             raise UsageError("--realtime paces one live stream at a time; use it without --streams")
         if self.metric not in (*METRICS, "auto"):
-            raise UsageError(f"--metric {self.metric!r}: use wer, cer or auto")
+            raise UsageError(f"--metric {self.metric!r}: use wer, cer, mer or auto")
         if self.fail_on and self.baseline is None:
             raise UsageError("--fail-on needs --baseline PREVIOUS/results.json to compare against")
 

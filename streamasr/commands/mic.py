@@ -126,11 +126,19 @@ class SessionOutput:
             self.jsonl.event(event)
         if isinstance(event, FirstToken):
             self.first_tokens.append(event)
-            _say(
+            self.say(
                 f"[dim]utterance {event.segment + 1}: first token "
                 f"{event.wall_latency_s * 1000:.0f} ms after speech onset at {event.onset_s:.2f} s "
                 f"(wall clock; {event.latency_s * 1000:.0f} ms of audio)[/dim]"
             )
+
+    def say(self, message: str) -> None:
+        """A message during the session; above the live area when there is one, so the
+        partial and the level meter below it stay whole."""
+        if isinstance(self.renderer, LiveRenderer):
+            self.renderer.note(message)
+        else:
+            _say(message)
 
     def level(self, reading: LevelReading, previous: LevelReading | None) -> None:
         """The input level: a meter in the live view; otherwise a line when a warning starts."""
@@ -251,13 +259,13 @@ def run_capture(
             backlog = source.backlog_s
             if backlog >= BACKLOG_WARN_S and now - last_warn["backlog"] >= WARN_EVERY_S:
                 last_warn["backlog"] = now
-                _say(
+                output.say(
                     f"[yellow]decoding is behind real time: {backlog:.1f} s of captured audio "
                     "waiting[/yellow]"
                 )
             if stats.dropped_blocks > seen_dropped:
                 seen_dropped = stats.dropped_blocks
-                _say(
+                output.say(
                     f"[red]dropped {stats.dropped_s:.1f} s of audio in total: the backlog "
                     "reached --max-backlog[/red]"
                 )
@@ -267,7 +275,7 @@ def run_capture(
             ):
                 seen_overflows = stats.input_overflows
                 last_warn["overflow"] = now
-                _say(
+                output.say(
                     f"[yellow]PortAudio reported {seen_overflows} input overflow(s): audio was "
                     "lost before it reached streamasr[/yellow]"
                 )
