@@ -182,7 +182,7 @@ def run_utterance(
         return failed_record(utt, str(exc), options.metric)
     try:
         session = StreamSession(recognizer, source.sample_rate, utt.id, options.stream, clock)
-        span = SpanDetector(source.sample_rate)
+        span = SpanDetector(source.sample_rate, options.stream.onset)
         blocks = source.blocks(session.block_s)
         if options.realtime:
             blocks = paced(blocks, source.sample_rate, clock, sleep)
@@ -354,7 +354,8 @@ def _open_slot(
     if stream is None:  # pragma: no cover - StreamSession always opens a stream
         raise RuntimeError("session opened no stream")
     blocks = source.blocks(session.block_s)
-    return _Slot(utt, source, session, stream, blocks, SpanDetector(source.sample_rate))
+    span = SpanDetector(source.sample_rate, options.stream.onset)
+    return _Slot(utt, source, session, stream, blocks, span)
 
 
 def _feed_next(slot: _Slot, options: RunOptions) -> None:

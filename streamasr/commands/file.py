@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from typing import Annotated
 
 import typer
 
-from streamasr.audio import STDIN_NAME, FileSource, paced
+from streamasr.audio import STDIN_NAME, RawFormat, check_raw_format, open_source, paced
 from streamasr.backends.base import Recognizer
 from streamasr.commands.common import (
     DEFAULT_THREADS,
     EXIT_INTERRUPTED,
     BlockOpt,
+    ChannelsOpt,
     ChunkOpt,
     DecodingOpt,
     EndpointOpt,
@@ -22,6 +24,9 @@ from streamasr.commands.common import (
     HotwordsOpt,
     HotwordsScoreOpt,
     ModelOpt,
+    OnsetOpt,
+    RateOpt,
+    RawOpt,
     Rule1Opt,
     Rule2Opt,
     Rule3Opt,
@@ -35,10 +40,11 @@ from streamasr.commands.common import (
     engine_options,
     err_console,
     make_renderer,
+    onset_options,
     report_error,
     setup_logging,
 )
-from streamasr.errors import InputError
+from streamasr.errors import InputError, UsageError
 from streamasr.render import LiveRenderer, ProgressDisplay, Renderer, TextRenderer
 from streamasr.stream import StreamOptions, StreamSession
 
@@ -52,11 +58,12 @@ def stream_one(
     options: StreamOptions,
     realtime: bool,
     progress: ProgressDisplay | None = None,
+    raw: RawFormat | None = None,
 ) -> None:
     """Stream one file; on any interruption, flush what was recognised, then re-raise."""
     check_path_name(path)
-    source = FileSource(path)
-    if source.info.frames == 0:
+    source = open_source(path, raw)
+    if source.info.length_known and source.info.frames == 0:
         log.warning("%s has no audio samples; the transcript is empty", path)
     session = StreamSession(recognizer, source.sample_rate, path, options)
     renderer.begin(path)
@@ -108,23 +115,30 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option(help="Feed at the audio's own speed, so wall-clock timings are real."),
         ] = False,
+        raw: RawOpt = None,
+        rate: RateOpt = None,
+        channels: ChannelsOpt = None,
+        onset_dbfs: OnsetOpt = None,
         fmt: FormatOpt = None,
         verbose: VerboseOpt = False,
     ) -> None:
         """Stream audio files in fixed blocks: live partials, finals, first-token timing."""
         setup_logging(verbose)
         with cli_errors():
+            raw_format = raw_input_format(raw, rate, channels)
+            onset = onset_options(onset_dbfs)
             recognizer, options, renderer = _prepare(
                 model, chunk, fp32, threads, decoding_method, hotwords, hotwords_score,
                 endpoint, rule1, rule2, rule3, block_ms, tail_padding, realtime, fmt,
             )
+            options = dataclasses.replace(options, onset=onset)
         if isinstance(renderer, TextRenderer) and len(paths) > 1:
             renderer.headers = True
         progress = progress_display(renderer)
         failed = 0
         for path in paths:
             try:
-                stream_one(path, recognizer, renderer, options, realtime, progress)
+                stream_one(path, recognizer, renderer, options, realtime, progress, raw_format)
             except InputError as exc:
                 failed += 1
                 report_error(exc)
@@ -134,6 +148,21 @@ def register(app: typer.Typer) -> None:
         if failed:
             err_console.print(f"{failed} of {len(paths)} inputs failed", highlight=False)
             raise typer.Exit(1)
+
+
+def raw_input_format(raw: str | None, rate: int | None, channels: int | None) -> RawFormat | None:
+    """--raw/--rate/--channels as one checked format (None: inputs carry their own header)."""
+    if raw is None:
+        if rate is not None or channels is not None:
+            raise UsageError(
+                "--rate and --channels describe headerless PCM; add --raw s16le|s32le|f32le "
+                "(audio files carry their own rate and channels)"
+            )
+        return None
+    check_raw_format(RawFormat(raw, 16000, 1))  # the encoding first: it is the likelier typo
+    if rate is None:
+        raise UsageError(f"--raw {raw} needs --rate: headerless PCM does not say its rate")
+    return check_raw_format(RawFormat(raw, rate, 1 if channels is None else channels))
 
 
 def progress_display(renderer: Renderer) -> ProgressDisplay | None:

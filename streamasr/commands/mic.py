@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import statistics
 import time
+from collections.abc import Callable
 from typing import IO, Annotated
 
 import typer
@@ -23,6 +24,7 @@ from streamasr.commands.common import (
     HotwordsOpt,
     HotwordsScoreOpt,
     ModelOpt,
+    OnsetOpt,
     Rule1Opt,
     Rule2Opt,
     Rule3Opt,
@@ -32,11 +34,12 @@ from streamasr.commands.common import (
     check_number,
     cli_errors,
     err_console,
+    onset_options,
     report_error,
     setup_logging,
 )
 from streamasr.commands.file import _prepare
-from streamasr.errors import DeviceError, StreamAsrError, UsageError
+from streamasr.errors import DeviceError, OutputError, StreamAsrError, UsageError
 from streamasr.events import Event, FirstToken, StreamSummary
 from streamasr.level import LevelMeter, LevelReading, LevelTotals
 from streamasr.mic import (
@@ -85,14 +88,6 @@ LogOpt = Annotated[
     str | None,
     typer.Option("--log", help="Also write every event as JSONL to this file."),
 ]
-OnsetOpt = Annotated[
-    float,
-    typer.Option(
-        "--onset-dbfs",
-        help="Speech onset for first-token timing: first 10 ms frame at or above this level "
-        "(dBFS RMS), confirmed by 30 ms of loud frames within 50 ms.",
-    ),
-]
 BacklogOpt = Annotated[
     float,
     typer.Option(
@@ -113,17 +108,18 @@ class SessionOutput:
         self.log_file = log_file
         self.jsonl = JsonlRenderer(log_file) if log_file is not None else None
         self.first_tokens: list[FirstToken] = []
+        # set by the first failed --log write; the log stops, the session is stopped by the
+        # caller (`raise_log_error`), and the text on screen is kept
+        self.log_error: OutputError | None = None
 
     def begin(self, source: str) -> None:
         self.renderer.begin(source)
-        if self.jsonl is not None:
-            self.jsonl.begin(source)
+        self._log(lambda jsonl: jsonl.begin(source))
 
     def event(self, event: Event) -> None:
         if self._forward_first_tokens or not isinstance(event, FirstToken):
             self.renderer.event(event)
-        if self.jsonl is not None:
-            self.jsonl.event(event)
+        self._log(lambda jsonl: jsonl.event(event))
         if isinstance(event, FirstToken):
             self.first_tokens.append(event)
             self.say(
@@ -155,12 +151,34 @@ class SessionOutput:
 
     def end(self, summary: StreamSummary) -> None:
         self.renderer.end(summary)
-        if self.jsonl is not None:
-            self.jsonl.end(summary)
+        self._log(lambda jsonl: jsonl.end(summary))
+
+    def raise_log_error(self) -> None:
+        """Stop the session if --log could not be written (full disk): one line, exit 1."""
+        if self.log_error is not None:
+            raise self.log_error
+
+    def _log(self, write: Callable[[JsonlRenderer], None]) -> None:
+        """Write to --log; a failure is recorded once, never raised mid-flush."""
+        if self.jsonl is None:
+            return
+        try:
+            write(self.jsonl)
+        except OSError as exc:
+            self.jsonl = None
+            name = getattr(self.log_file, "name", "")
+            self.log_error = OutputError(
+                f"--log {name}: cannot write ({exc.strerror or exc}); free some space or log "
+                "elsewhere. The transcript is kept"
+            )
+            self.close()
 
     def close(self) -> None:
         if self.log_file is not None and not self.log_file.closed:
-            self.log_file.close()
+            try:
+                self.log_file.close()
+            except OSError as exc:  # its last flush failed; the error is already recorded
+                log.debug("closing the --log file: %s", exc)
 
 
 def _say(message: str) -> None:
@@ -251,6 +269,7 @@ def run_capture(
             fed += len(samples)
             for event in session.feed(samples):
                 output.event(event)
+            output.raise_log_error()
             if len(samples):
                 previous, reading = reading, meter.update(samples)
                 output.level(reading, previous)
@@ -428,9 +447,7 @@ def register(app: typer.Typer) -> None:
                     True,
                     fmt,
                 )
-                options = dataclasses.replace(
-                    options, onset=dataclasses.replace(options.onset, threshold_dbfs=onset_dbfs)
-                )
+                options = dataclasses.replace(options, onset=onset_options(onset_dbfs))
                 chosen = select_device(list_input_devices(), device)
                 block_s = options.block_s or recognizer.chunk_s
                 source = MicSource(chosen, block_s, channel, max_backlog)
@@ -441,6 +458,7 @@ def register(app: typer.Typer) -> None:
             output = SessionOutput(renderer, log_file)
             try:
                 run_capture(source, recognizer, options, output, writer, duration)
+                output.raise_log_error()  # a failure while flushing the last events
             except DeviceError as exc:
                 report_error(exc)
                 raise typer.Exit(1) from None
