@@ -117,10 +117,26 @@ def write_dataset(out: Path, specs: list[tts.UtteranceSpec]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("build/dataset"))
-    parser.add_argument("--n", type=int, default=20, help="number of utterances")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("build/dataset"),
+        help="folder to write the three layouts into (librispeech/, kaldi/, manifest.jsonl)",
+    )
+    parser.add_argument(
+        "--n", type=int, default=20, help="number of utterances (each a different sentence)"
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="random seed for sentences, voices and silences; the same --n and --seed give "
+        "the same dataset",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     if args.n < 1:

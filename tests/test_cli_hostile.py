@@ -297,3 +297,16 @@ def test_help_shows_no_bool_type_after_flags(command: list[str]) -> None:
     assert result.returncode == 0, result.stderr
     assert "--help" in result.stdout
     assert "<bool>" not in result.stdout
+
+
+def test_make_dataset_help_explains_every_argument() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "make_dataset.py"), "--help"],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ, COLUMNS="200"),
+    )
+    assert result.returncode == 0, result.stderr
+    options = [line.split() for line in result.stdout.splitlines() if line.startswith("  --")]
+    assert {words[0] for words in options} == {"--out", "--n", "--seed"}
+    for words in options:
+        # "--out OUT  help text (default: ...)": more than the flag and its metavar
+        assert len(words) > 3 and "(default:" in " ".join(words), words

@@ -279,12 +279,20 @@ def test_a_vanishing_device_keeps_the_text_closes_files_and_exits_1(
     assert sf.info(str(saved_path)).frames > 0
 
 
-def test_no_input_device_is_a_clear_message(tmp_path: Path) -> None:
-    env = dict(os.environ, PULSE_SERVER=f"unix:{tmp_path / 'nothing-here'}")
+# ALSA configured to reach PulseAudio and nothing else: no hardware card, no other plugin.
+# With it the test sees the same devices on a laptop with microphones as on a bare CI machine.
+PULSE_ONLY_ALSA = "pcm.!default { type pulse }\nctl.!default { type pulse }\n"
+
+
+def test_no_input_device_is_a_clear_message(tmp_path: Path, pulse_server: PulseServer) -> None:
+    conf = tmp_path / "asound.conf"
+    conf.write_text(PULSE_ONLY_ALSA)
+    alive = dict(pulse_server.env, ALSA_CONFIG_PATH=str(conf))
+    reachable = run(["devices"], alive)
+    assert reachable.returncode == 0, reachable.stderr  # the one route works while served
+    env = dict(alive, PULSE_SERVER=f"unix:{tmp_path / 'nothing-here'}")
     env["XDG_RUNTIME_DIR"] = str(tmp_path)
     probe = run(["devices"], env)
-    if probe.returncode == 0:
-        pytest.skip("this machine has capture hardware of its own; CI machines have none")
     assert probe.returncode == 1
     assert "no audio input device" in probe.stderr and "Traceback" not in probe.stderr
     mic = run(["mic", "--model", MODEL, "--duration", "1"], env)
