@@ -20,6 +20,7 @@ from streamasr.commands.common import (
     HotwordsOpt,
     HotwordsScoreOpt,
     ModelOpt,
+    OnsetOpt,
     Rule1Opt,
     Rule2Opt,
     Rule3Opt,
@@ -29,6 +30,7 @@ from streamasr.commands.common import (
     cli_errors,
     engine_options,
     err_console,
+    onset_options,
     setup_logging,
 )
 from streamasr.errors import DatasetError, UsageError
@@ -119,6 +121,7 @@ def register(app: typer.Typer) -> None:
         rule3: Rule3Opt = 20.0,
         block_ms: BlockOpt = None,
         tail_padding: TailOpt = 0.66,
+        onset_dbfs: OnsetOpt = None,
         verbose: VerboseOpt = False,
     ) -> None:
         """Accuracy, latency and speed over a test set; one table row per setting."""
@@ -139,6 +142,7 @@ def register(app: typer.Typer) -> None:
             prefer_int8=not fp32,
             block_ms=block_ms,
             tail_padding_s=tail_padding,
+            onset_dbfs=onset_dbfs,
         )
         try:
             with cli_errors():
@@ -179,6 +183,7 @@ class BenchRequest:
     prefer_int8: bool = True
     block_ms: float | None = None
     tail_padding_s: float = 0.66
+    onset_dbfs: float | None = None  # None: relative to the measured noise floor
 
     def check(self) -> None:
         """Refuse impossible combinations before anything is loaded."""
@@ -190,6 +195,7 @@ class BenchRequest:
             raise UsageError(
                 f"--tail-padding must be zero or more seconds, got {self.tail_padding_s}"
             )
+        onset_options(self.onset_dbfs)
         if self.limit is not None and self.limit < 1:
             raise UsageError(f"--limit must be at least 1, got {self.limit}")
         if self.streams < 1:
@@ -232,7 +238,11 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
         metric = model_metric(files.name, str(files.tokens))
     block_s = request.block_ms / 1000 if request.block_ms else None
     options = RunOptions(
-        StreamOptions(block_s=block_s, tail_padding_s=request.tail_padding_s),
+        StreamOptions(
+            block_s=block_s,
+            tail_padding_s=request.tail_padding_s,
+            onset=onset_options(request.onset_dbfs),
+        ),
         metric=metric,
         realtime=request.realtime,
     )
@@ -246,6 +256,7 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
             "endpoint": asdict(engine.endpoint),
             "block_ms": request.block_ms,
             "tail_padding_s": request.tail_padding_s,
+            "onset_dbfs": request.onset_dbfs,
             "metric": metric,
             "realtime": request.realtime,
             "streams": request.streams,
