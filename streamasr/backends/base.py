@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -36,48 +38,112 @@ class EndpointOptions:
 
 
 @dataclass(frozen=True)
+class SherpaOptions:
+    """What only sherpa-onnx exports have: the chunk is chosen among exported files."""
+
+    chunk: int | None = None  # 50 Hz frames; None = 16 if exported, else the smallest
+    prefer_int8: bool = True
+    max_active_paths: int = 4
+
+
+@dataclass(frozen=True)
+class NemoOptions:
+    """What only NeMo cache-aware models have: a trained look-ahead and a choice of head."""
+
+    att_context_size: tuple[int, int] | None = None  # None = the model's default
+    decoder: str | None = None  # "rnnt" | "ctc" for hybrid models; None = the model's default
+
+
+@dataclass(frozen=True)
 class EngineOptions:
-    """Settings of the decoding engine, independent of the audio source."""
+    """Settings of the decoding engine, independent of the audio source.
+
+    The neutral part applies to every backend; `sherpa` and `nemo` are read only by theirs.
+    Endpointing is done by the core (streamasr/endpointing.py) with `endpoint`.
+    """
 
     threads: int = 1  # measured faster than 2 on 2 cores; see commands/common.py
+    device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
     decoding_method: str = "greedy_search"
     max_active_paths: int = 4
     hotwords_file: str = ""
     hotwords_score: float = 1.5
     endpoint: EndpointOptions = EndpointOptions()
+    sherpa: SherpaOptions = SherpaOptions()
+    nemo: NemoOptions = NemoOptions()
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What a loaded model declares, so the core, bench and renderers need not know the engine.
+
+    `resamples_input`: the engine takes audio at any rate itself; otherwise the core resamples
+    to `sample_rate_hz` before `accept`. `model_files` are hashed into bench run records.
+    """
+
+    backend: str
+    model_name: str
+    device: str
+    sample_rate_hz: int
+    resamples_input: bool
+    output_frame_s: float
+    chunk_s: float
+    lookahead_s: float
+    token_type: str  # "word" | "bpe" | "cjkchar" | "cjkchar+bpe" | "byte" | "char"
+    model_files: tuple[Path, ...] = ()
+    language: str = ""
+    settings: Mapping[str, object] = field(default_factory=dict)
 
 
 class RecognizerStream(Protocol):
-    """One utterance stream inside an engine."""
+    """One audio stream inside an engine, cut into segments (utterances) by the core."""
 
-    def accept(self, sample_rate: int, samples: np.ndarray) -> None: ...
+    def accept(self, sample_rate: int, samples: np.ndarray) -> None:
+        """Buffer mono float32 audio (at the model's rate unless the backend resamples)."""
+        ...
 
     def decode_step(self) -> bool:
-        """Run one encoder chunk if enough audio is buffered; False when nothing ran."""
+        """Run one encoder chunk if enough audio is buffered; False when nothing ran.
+
+        Returns only when the step's work is done (on a GPU: synchronised), so the time
+        around it is the compute time.
+        """
         ...
 
     def text(self) -> str:
         """Current text only: cheap enough to ask after every encoder step."""
         ...
 
-    def hypothesis(self) -> Hypothesis: ...
-
-    def is_endpoint(self) -> bool: ...
-
-    def reset(self) -> None:
-        """Start a new segment; buffered audio is kept."""
+    def hypothesis(self) -> Hypothesis:
+        """Text, tokens and absolute token times of the open segment."""
         ...
 
-    def input_finished(self) -> None: ...
+    def reset(self) -> None:
+        """Start a new segment after an endpoint; buffered audio is kept."""
+        ...
+
+    def input_finished(self) -> None:
+        """No more audio: let the engine decode what it holds (after the core's tail padding)."""
+        ...
 
 
 class Recognizer(Protocol):
-    """A loaded model that can open streams."""
+    """A loaded model that can open streams and step several of them at once."""
 
     @property
-    def description(self) -> str: ...
+    def info(self) -> BackendInfo: ...
+
+    @property
+    def description(self) -> str:
+        """Model, export and decoding settings in one line, for summaries."""
+        ...
 
     @property
     def chunk_s(self) -> float: ...
 
     def create_stream(self) -> RecognizerStream: ...
+
+    def decode_batch(self, streams: Sequence[RecognizerStream]) -> list[bool]:
+        """One encoder step over every given stream that has a chunk ready, batched where the
+        engine can; returns which streams stepped. Same results as stepping each alone."""
+        ...
