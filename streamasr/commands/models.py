@@ -143,13 +143,13 @@ def _progress_bar(label: str) -> Iterator[tuple[store.ProgressFn, store.StageFn]
         transient=not err_console.is_terminal,
         disable=not err_console.is_terminal,
     )
-    task: TaskID = progress.add_task(label, total=None)
+    task: TaskID = progress.add_task(escape(label), total=None)
 
     def update(done: int, total: int | None) -> None:
         progress.update(task, completed=done, total=total)
 
     def stage(text: str) -> None:
-        progress.update(task, description=f"{label}: {text}")
+        progress.update(task, description=escape(f"{label}: {text}"))
 
     with progress:
         yield update, stage
@@ -210,6 +210,7 @@ def pull(
                 f"{result.name} is already installed; `streamasr models verify {name}` checks "
                 "it, --force reinstalls it",
                 highlight=False,
+                markup=False,
             )
         else:
             _report_pull(result, name)
@@ -237,6 +238,7 @@ def _report_pull(result: store.PullResult, name: str) -> None:
         f"file checksums recorded in {store.MANIFEST_NAME}; "
         f"check them with `streamasr models verify {name}`",
         highlight=False,
+        markup=False,
     )
 
 
