@@ -11,6 +11,7 @@ import typer
 
 from streamasr.backends.base import EngineOptions
 from streamasr.commands.common import (
+    CHUNK_RANGE,
     DEFAULT_THREADS,
     EXIT_INTERRUPTED,
     BlockOpt,
@@ -27,6 +28,8 @@ from streamasr.commands.common import (
     TailOpt,
     ThreadsOpt,
     VerboseOpt,
+    check_number,
+    check_stream_numbers,
     cli_errors,
     engine_options,
     err_console,
@@ -36,6 +39,7 @@ from streamasr.commands.common import (
 from streamasr.errors import DatasetError, UsageError
 
 log = logging.getLogger("streamasr")
+MAX_STREAMS = 256  # one batch of utterances in memory at once; far past any CPU's cores
 
 
 def register(app: typer.Typer) -> None:
@@ -188,18 +192,15 @@ class BenchRequest:
     def check(self) -> None:
         """Refuse impossible combinations before anything is loaded."""
         from streamasr.bench.metrics import METRICS
+        from streamasr.bench.sweep import parse_int_list
 
-        if self.block_ms is not None and self.block_ms <= 0:
-            raise UsageError(f"--block-ms must be positive, got {self.block_ms}")
-        if self.tail_padding_s < 0:
-            raise UsageError(
-                f"--tail-padding must be zero or more seconds, got {self.tail_padding_s}"
-            )
+        check_stream_numbers(self.block_ms, self.tail_padding_s)
+        for chunk in parse_int_list(self.chunk, "--chunk"):
+            check_number("--chunk", chunk, *CHUNK_RANGE, "50 Hz frames (16 = 320 ms)")
         onset_options(self.onset_dbfs)
         if self.limit is not None and self.limit < 1:
             raise UsageError(f"--limit must be at least 1, got {self.limit}")
-        if self.streams < 1:
-            raise UsageError(f"--streams must be at least 1, got {self.streams}")
+        check_number("--streams", self.streams, 1, MAX_STREAMS, "(streams decoded in one batch)")
         from streamasr.bench.workers import check_workers
 
         check_workers(self.workers)
@@ -280,7 +281,7 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
         from streamasr.bench.plot import plot_tradeoff
 
         plot_tradeoff(doc, request.plot)
-        err_console.print(f"plot: {request.plot}", highlight=False)
+        err_console.print(f"plot: {request.plot}", highlight=False, markup=False)
     if checks:
         err_console.print("[bold]against the baseline[/bold]")
         for line in report.comparison_lines(checks):
