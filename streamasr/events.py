@@ -45,9 +45,14 @@ class FirstToken(Event):
 
     kind: ClassVar[str] = "first_token"
     text: str
-    onset_s: float  # detected speech onset of this segment (audio time)
-    latency_s: float  # algorithmic first-token latency: audio_s - onset_s
-    wall_latency_s: float  # wall_s - onset_s; the user's wait only under real-time pacing
+    onset_s: float  # where the latency is measured from (audio time); see onset_source
+    latency_s: float  # algorithmic first-token latency: audio_s - onset_s, never negative
+    # wall_s - onset_s: the user's wait, so only under real-time pacing (None otherwise)
+    wall_latency_s: float | None = None
+    # "detected": the onset detector's; "segment_start": no onset detected yet, the engine's
+    # segment start instead; "text_before_onset": that start lies after the text (inside
+    # the tail padding), so the latency is clamped at 0
+    onset_source: str = "detected"
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,7 @@ class StreamSummary:
     text: str
     finals: tuple[Final, ...] = field(default_factory=tuple)
     first_token_latency_s: float | None = None  # None: no text was ever shown
-    first_token_wall_latency_s: float | None = None
+    first_token_wall_latency_s: float | None = None  # only under real-time pacing
     revisions: int = 0
 
     @property

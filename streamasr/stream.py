@@ -22,11 +22,16 @@ OUTPUT_FRAME_S = 0.04  # streaming Zipformer output rate: 25 Hz
 
 @dataclass(frozen=True)
 class StreamOptions:
-    """How audio is fed: block size (None = one chunk) and padding at the end of input."""
+    """How audio is fed: block size (None = one chunk) and padding at the end of input.
+
+    `paced` says the audio arrives at live speed (`--realtime`, a microphone): only then is
+    a wall-clock latency the user's wait, so only then is it reported.
+    """
 
     block_s: float | None = None
     tail_padding_s: float = DEFAULT_TAIL_PADDING_S
     onset: OnsetOptions = OnsetOptions()
+    paced: bool = False
 
 
 class StreamSession:
@@ -161,17 +166,23 @@ class StreamSession:
         return events
 
     def _first_token_event(self, hyp: Hypothesis) -> FirstToken:
-        """First text of a segment, timed from the detected onset (segment start if none)."""
-        onset = self._onsets.onset_s
-        if onset is None or onset > self.audio_s:
-            onset = hyp.segment_start_s
-        wall_s = round(self.clock() - self._start_wall, 6)
+        """First text of a segment, timed from the detected onset; never a negative latency.
+
+        Without a detected onset the engine's segment start stands in; when that start lies
+        after the audio fed (a segment opened inside the tail padding) the latency is 0 and
+        the event says so, rather than reporting text before its own onset.
+        """
+        onset, source = first_token_onset(self._onsets.onset_s, hyp.segment_start_s, self.audio_s)
+        wall_latency = None
+        if self.options.paced:
+            wall_latency = round(max(0.0, self.clock() - self._start_wall - onset), 6)
         return self._event(
             FirstToken,
             text=hyp.text,
-            onset_s=round(onset, 3),
-            latency_s=round(self.audio_s - onset, 6),
-            wall_latency_s=round(wall_s - onset, 6),
+            onset_s=min(round(onset, 3), round(self.audio_s, 6)),
+            latency_s=round(max(0.0, self.audio_s - onset), 6),
+            wall_latency_s=wall_latency,
+            onset_source=source,
         )
 
     def _final(self, hyp: Hypothesis) -> Final:
@@ -205,3 +216,14 @@ class StreamSession:
             segment=self._segment,
             **fields,
         )
+
+
+def first_token_onset(
+    detected_s: float | None, segment_start_s: float, audio_s: float
+) -> tuple[float, str]:
+    """Where a first-token latency is measured from, and why (FirstToken.onset_source)."""
+    if detected_s is not None and detected_s <= audio_s:
+        return detected_s, "detected"
+    if segment_start_s <= audio_s:
+        return segment_start_s, "segment_start"
+    return audio_s, "text_before_onset"

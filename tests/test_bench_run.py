@@ -181,7 +181,7 @@ def test_sweep_table_and_results_schema(sweep: tuple[Path, object], data: Path) 
         "metric",
     ):
         assert key in run, key
-    assert run["chunks"] == [16, 32] and run["metric"] == "wer" and run["streams"] == 2
+    assert run["chunks"] == [16, 32] and run["metric"] == "wer" and run["streams"] == [2]
     assert doc["dataset"]["utterances"] == 3 and doc["dataset"]["format"] == "jsonl"
     assert [s["name"] for s in doc["settings"]] == ["chunk 16", "chunk 32"]
     model_dir = REPO / "models" / "tiny-random-transducer"
@@ -193,8 +193,10 @@ def test_sweep_table_and_results_schema(sweep: tuple[Path, object], data: Path) 
             assert f"chunk-{setting['chunk']}-" in name
         summary = setting["summary"]
         assert summary["utterances"] == 3 and summary["failed"] == 0
-        assert summary["streams"]["n"] == 2 and summary["streams"]["identical"] is True
-        assert summary["throughput_x"] > 0 and summary["streams"]["throughput_x"] > 0
+        (batched,) = summary["streams"]
+        assert batched["n"] == 2 and batched["identical"] is True and batched["same_text"]
+        assert summary["throughput_x"] > 0 and batched["throughput_x"] > 0
+        assert summary["text_before_onset"] == len(summary["text_before_onset_ids"])
         assert summary["first_token_wall_ms"] == {}  # only under --realtime
         assert set(summary["first_token_ms"]) == {"p50", "p90", "p99"}
         units = sum(len(u["reference"].split()) for u in setting["utterances"])
@@ -215,7 +217,7 @@ def test_sweep_table_and_results_schema(sweep: tuple[Path, object], data: Path) 
 def test_missing_chunk_stops_before_running(data: Path, tmp_path: Path) -> None:
     out = tmp_path / "never"
     result = invoke(str(data / "kaldi"), *RANDOM, "--chunk", "16,64", "--out", str(out))
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # the request does not fit the model: a usage error
     assert "--chunk 64" in result.stderr and "16, 32" in result.stderr
     assert not out.exists()
 

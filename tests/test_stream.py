@@ -107,9 +107,48 @@ def test_first_token_is_timed_from_the_detected_onset(
     # the random model emits at its first step, so with 10 ms blocks text shows at 0.47 s
     assert first.audio_s == pytest.approx(0.47)
     # it "speaks" before the speech onset (0.5 s), so the segment start stands in for it
-    assert first.onset_s == 0.0
+    assert first.onset_s == 0.0 and first.onset_source == "segment_start"
     assert first.latency_s == pytest.approx(first.audio_s - first.onset_s)
     assert summary.first_token_latency_s == first.latency_s
+
+
+def test_segment_opened_inside_the_tail_padding_never_gets_a_negative_latency(
+    random_transducer: Path, speech_16k: Path
+) -> None:
+    # rule3 cuts a segment every 0.3 s, and 3 s of tail padding let the random model open
+    # segments after the last real sample: their start lies after the audio fed
+    files = resolve_model(str(random_transducer), 16)
+    engine = EngineOptions(endpoint=EndpointOptions(rule1_s=0.2, rule2_s=0.2, rule3_s=0.3))
+    rec = SherpaRecognizer(files, engine)
+    audio, rate = sf.read(str(speech_16k), dtype="float32")
+    session = StreamSession(rec, rate, "x", StreamOptions(tail_padding_s=3.0))
+    firsts = [e for e in session.run([audio]) if isinstance(e, FirstToken)]
+    sources = {e.onset_source for e in firsts}
+    assert "text_before_onset" in sources, sources
+    for event in firsts:
+        assert event.latency_s >= 0 and event.onset_s <= event.audio_s
+        assert event.latency_s == pytest.approx(event.audio_s - event.onset_s, abs=1e-3)
+        if event.onset_source == "text_before_onset":
+            assert event.latency_s == 0.0 and event.audio_s == pytest.approx(len(audio) / rate)
+
+
+@pytest.mark.parametrize("paced", [False, True])
+def test_wall_latency_only_under_pacing(
+    random_transducer: Path, speech_16k: Path, paced: bool
+) -> None:
+    rec = recognizer(random_transducer)
+    source = FileSource(str(speech_16k))
+    options = StreamOptions(block_s=0.1, paced=paced)
+    session = StreamSession(rec, source.sample_rate, "x", options, clock=FakeClock())
+    firsts = [e for e in session.run(source.blocks(0.1)) if isinstance(e, FirstToken)]
+    summary = session.summary()
+    assert firsts
+    if paced:
+        assert all(e.wall_latency_s is not None and e.wall_latency_s >= 0 for e in firsts)
+        assert summary.first_token_wall_latency_s == firsts[0].wall_latency_s
+    else:
+        assert all(e.wall_latency_s is None for e in firsts)
+        assert summary.first_token_wall_latency_s is None
 
 
 def test_onset_detector_finds_the_padded_speech_start(speech_16k: Path) -> None:

@@ -21,6 +21,7 @@ log = logging.getLogger("streamasr")
 
 AUDIO_SUFFIXES = (".flac", ".wav", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
 FORMATS = ("librispeech", "kaldi", "jsonl")
+SPAN_SLACK_S = 0.05  # a span may end this far past the audio (rounding in alignments)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ def load_dataset(path: str | Path, fmt: str | None = None) -> Dataset:
     reader = {"librispeech": _read_librispeech, "kaldi": _read_kaldi, "jsonl": _read_jsonl}
     utterances, bad = reader[chosen](root)
     present, missing = _split_missing(utterances)
+    present = _check_spans(present, bad)
     for row in bad:
         log.warning("skipped %s", row)
     if missing:
@@ -268,6 +270,8 @@ def _manifest_row(path: Path, number: int, line: str) -> Utterance:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read; a row is one flat object") from None
     if not isinstance(row, dict):
         raise ValueError("a manifest row must be a JSON object")
     audio_field = row.get("audio_filepath")
@@ -284,6 +288,7 @@ def _manifest_row(path: Path, number: int, line: str) -> Utterance:
         word_onset, word_end = _span_from_words(words)
         onset = word_onset if onset is None else onset
         end = word_end if end is None else end
+    _check_inside("duration", duration, onset, end)
     if onset is not None and end is not None and end < onset:
         raise ValueError(f"speech_end_s {end} is before speech_onset_s {onset}")
     audio = Path(audio_field).expanduser()
@@ -293,6 +298,41 @@ def _manifest_row(path: Path, number: int, line: str) -> Utterance:
     if not isinstance(utt_id, str) or not utt_id:
         utt_id = audio.stem if audio.stem else f"line{number}"
     return Utterance(utt_id, audio, text, f"{path}:{number}", duration, onset, end)
+
+
+def _check_inside(
+    what: str, duration: float | None, onset: float | None, end: float | None
+) -> None:
+    """A speech span must lie inside the audio, or its latencies are nonsense."""
+    if duration is None:
+        return
+    for key, value in (("speech_onset_s", onset), ("speech_end_s", end)):
+        if value is not None and value > duration + SPAN_SLACK_S:
+            raise ValueError(
+                f"'{key}' {value:g} s lies after the end of the audio ({what} {duration:g} s)"
+            )
+
+
+def _check_spans(utterances: list[Utterance], bad: list[BadRow]) -> list[Utterance]:
+    """Spans against the audio's real length (read from its header) where no duration was
+    given; rows whose span lies outside the audio become bad rows."""
+    import soundfile as sf
+
+    kept = []
+    for utt in utterances:
+        if utt.duration_s is None and (utt.speech_onset_s, utt.speech_end_s) != (None, None):
+            try:
+                info = sf.info(str(utt.audio))
+                length = info.frames / info.samplerate if info.samplerate > 0 else None
+                _check_inside("audio length", length, utt.speech_onset_s, utt.speech_end_s)
+            except ValueError as exc:
+                file, _, line = utt.origin.rpartition(":")
+                bad.append(BadRow(file, int(line) if line.isdigit() else 0, str(exc)))
+                continue
+            except (RuntimeError, OSError):
+                pass  # unreadable audio: the run reports it as a failed utterance
+        kept.append(utt)
+    return kept
 
 
 def _optional_seconds(row: dict[str, Any], key: str) -> float | None:

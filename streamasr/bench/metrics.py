@@ -12,7 +12,10 @@ Everything here is pure arithmetic on texts and events, so it can be checked by 
   whitespace-separated run of other characters (an English word) as one unit.
   Edit distance, substitutions, deletions and insertions come from jiwer.
 - First-token latency = audio time when the first non-empty partial appeared minus the speech
-  onset; end-of-speech-to-final latency = audio time of the last final minus the speech end.
+  onset. It is never negative: text shown before the onset (the span came from a detector
+  that missed the start, or the model spoke on noise) gives 0 with `text_before_onset` set,
+  and such utterances are counted and left out of the percentiles. End-of-speech-to-final
+  latency = audio time of the last final minus the speech end.
   The wall-clock forms use the events' wall time instead; they mean what a user waits only
   under real-time pacing (`--realtime`). Text-complete latency = audio time when the last
   final's text was first shown whole (as a partial) minus the speech end: the model's own
@@ -150,6 +153,7 @@ class Timing:
     final_wall_ms: float | None = None
     final_cause: str = "none"  # "endpoint", "end_of_input" or "none" (no text)
     complete_ms: float | None = None  # speech end -> the last segment's text fully shown
+    text_before_onset: bool = False  # text came before the onset: first_token_ms clamped to 0
 
 
 def timing(events: Sequence[Event], onset_s: float | None, end_s: float | None) -> Timing:
@@ -160,9 +164,11 @@ def timing(events: Sequence[Event], onset_s: float | None, end_s: float | None) 
     finals = [(i, e) for i, e in enumerate(events) if isinstance(e, Final)]
     first_ms = first_wall_ms = final_ms = final_wall_ms = complete_ms = None
     cause = "none"
+    early = False
     if first is not None and onset_s is not None:
-        first_ms = _ms(first.audio_s - onset_s)
-        first_wall_ms = _ms(first.wall_s - onset_s)
+        early = first.audio_s < onset_s
+        first_ms = _ms(max(0.0, first.audio_s - onset_s))
+        first_wall_ms = _ms(max(0.0, first.wall_s - onset_s))
     if finals:
         index, last = finals[-1]
         before = events[index - 1] if index > 0 else None
@@ -179,7 +185,7 @@ def timing(events: Sequence[Event], onset_s: float | None, end_s: float | None) 
             final_ms = _ms(last.audio_s - end_s)
             final_wall_ms = _ms(last.wall_s - end_s)
             complete_ms = _ms(shown.audio_s - end_s)
-    return Timing(first_ms, first_wall_ms, final_ms, final_wall_ms, cause, complete_ms)
+    return Timing(first_ms, first_wall_ms, final_ms, final_wall_ms, cause, complete_ms, early)
 
 
 def _ms(seconds: float) -> float:

@@ -41,9 +41,13 @@ def summarize(
     records: Sequence[UtteranceRecord],
     metric: str,
     wall_s: float,
-    streams: dict[str, Any] | None = None,
+    streams: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The aggregate figures of one setting (corpus error rate, percentiles, RTF, speed)."""
+    """The aggregate figures of one setting (corpus error rate, percentiles, RTF, speed).
+
+    First-token percentiles leave out the utterances whose text came before the speech
+    onset (their latency is clamped to 0); `text_before_onset` counts them.
+    """
     ran = [r for r in records if not r.failed]
     counts = total_counts(r.counts for r in records)
     audio_s = sum(r.audio_s for r in ran)
@@ -54,8 +58,13 @@ def summarize(
     for r in ran:
         causes[r.timing.final_cause] = causes.get(r.timing.final_cause, 0) + 1
 
+    early = [r for r in ran if r.timing.text_before_onset]
+
     def values(name: str) -> list[float]:
-        return [v for r in ran if (v := getattr(r.timing, name)) is not None]
+        timed = ran
+        if name.startswith("first_token"):
+            timed = [r for r in ran if not r.timing.text_before_onset]
+        return [v for r in timed if (v := getattr(r.timing, name)) is not None]
 
     return {
         "utterances": len(records),
@@ -72,6 +81,8 @@ def summarize(
         "insertions": counts.insertions,
         "error_rate_pct": _round(counts.rate_pct, 2),
         "first_token_ms": percentiles(values("first_token_ms")),
+        "text_before_onset": len(early),
+        "text_before_onset_ids": [r.id for r in early],
         "first_token_wall_ms": percentiles(values("first_token_wall_ms")),
         "final_ms": percentiles(values("final_ms")),
         "final_wall_ms": percentiles(values("final_wall_ms")),
@@ -185,6 +196,7 @@ def table_rows(doc: dict[str, Any], compact: bool = False) -> tuple[list[str], l
     metric = doc["run"].get("metric", "wer").upper()
     realtime = bool(doc["run"].get("realtime"))
     streams = doc["run"].get("streams", 1)
+    sweep = [n for n in (streams if isinstance(streams, list) else [streams]) if n > 1]
     columns: list[tuple[str, Any]] = [
         ("setting", lambda st, s: st["name"]),
         (
@@ -196,6 +208,7 @@ def table_rows(doc: dict[str, Any], compact: bool = False) -> tuple[list[str], l
         (f"{metric}\n%", lambda st, s: _fmt(s["error_rate_pct"], 2)),
         ("S/D/I", lambda st, s: f"{s['substitutions']}/{s['deletions']}/{s['insertions']}"),
         ("first\ntoken ms\np50/p90", lambda st, s: _pair(s["first_token_ms"])),
+        ("text\nbefore\nonset", lambda st, s: str(s.get("text_before_onset", 0))),
     ]
     if realtime:
         columns.append(
@@ -212,8 +225,10 @@ def table_rows(doc: dict[str, Any], compact: bool = False) -> tuple[list[str], l
         ("RTF", lambda st, s: _fmt(s["rtf"], 3)),
         ("x real\ntime", lambda st, s: _fmt(s["throughput_x"], 1)),
     ]
-    if streams > 1:
-        columns.append((f"x real time\n{streams} streams", lambda st, s: _streams_cell(s)))
+    for n in sweep:
+        columns.append(
+            (f"x real time\n{n} streams", lambda st, s, n=n: _streams_cell(streams_entry(s, n)))
+        )
     if compact:
         columns = [c for c in columns if c[0] not in _NOT_COMPACT]
     header = [name for name, _ in columns]
@@ -221,13 +236,36 @@ def table_rows(doc: dict[str, Any], compact: bool = False) -> tuple[list[str], l
     return header, rows
 
 
-_NOT_COMPACT = ("S/D/I", "rev/\nutt", "wall final\nms p50", "text complete\nms p50")
+_NOT_COMPACT = (
+    "S/D/I",
+    "rev/\nutt",
+    "wall final\nms p50",
+    "text complete\nms p50",
+    "text\nbefore\nonset",  # the terminal prints a note under the table instead
+)
 
 
-def _streams_cell(summary: dict[str, Any]) -> str:
-    info = summary.get("streams") or {}
-    same = "" if info.get("identical", True) else " (differs!)"
-    return f"{_fmt(info.get('throughput_x'), 1)}{same}"
+def streams_entries(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The `--streams` sweep of a summary (an older results.json held one entry, not a list)."""
+    info = summary.get("streams")
+    if isinstance(info, dict):
+        return [info]
+    return list(info or [])
+
+
+def streams_entry(summary: dict[str, Any], n: int) -> dict[str, Any]:
+    """The entry for `--streams` value n (empty when not run)."""
+    return next((e for e in streams_entries(summary) if e.get("n") == n), {})
+
+
+def _streams_cell(info: dict[str, Any]) -> str:
+    if not info.get("same_text", info.get("identical", True)):
+        note = " (text differs!)"
+    elif not info.get("identical", True):
+        note = " (times differ)"
+    else:
+        note = ""
+    return f"{_fmt(info.get('throughput_x'), 1)}{note}"
 
 
 def _fmt(value: float | None, digits: int) -> str:
@@ -249,7 +287,8 @@ def rich_table(doc: dict[str, Any]) -> Any:
     table = Table(
         title=Text(f"streamasr bench: {doc['dataset']['path']}"),
         title_justify="left",
-        caption="latencies: ms of audio time (wall: wall clock) from speech onset/end",
+        caption="latencies: ms of audio time (wall: wall clock) from speech onset/end; "
+        "text before onset: utterances left out of the first-token percentiles",
         caption_justify="left",
     )
     for index, name in enumerate(header):
@@ -317,7 +356,7 @@ _METRIC_PATHS: dict[str, tuple[str, ...]] = {
     "mer": ("error_rate_pct",),
     "rtf": ("rtf",),
     "throughput": ("throughput_x",),
-    "streams_throughput": ("streams", "throughput_x"),
+    "streams_throughput": ("streams", "throughput_x"),  # the largest --streams value
     "revisions": ("revisions_per_utt",),
 }
 for _name in ("first_token", "first_token_wall", "final", "final_wall", "complete"):
@@ -373,6 +412,9 @@ def parse_fail_on(text: str) -> list[Rule]:
 def metric_value(summary: dict[str, Any], metric: str) -> float | None:
     """A summary figure by its --fail-on name (None when not measured)."""
     value: Any = summary
+    if metric == "streams_throughput":
+        entries = streams_entries(summary)
+        value = {"streams": entries[-1] if entries else None}
     for key in _METRIC_PATHS[metric]:
         if not isinstance(value, dict):
             return None

@@ -3,8 +3,12 @@
 Sequential runs use `StreamSession` exactly as `streamasr file` does. Batched runs (`--streams
 N`) keep N sessions open and let sherpa-onnx run one encoder step over every stream that has
 a chunk ready (`decode_streams`). Each session still sees, per stream, the very same sequence
-of accept / step / endpoint check / reset as in a sequential run, which is why the two give
-identical results (checked by the tests and reported by every `--streams` run).
+of accept / step / endpoint check / reset as in a sequential run. With fp32 models the two
+give identical results. int8 models quantise activations dynamically, with one scale per
+tensor, so the other streams in a batch nudge a stream's numbers: the text has stayed the
+same on every set tried, but a token can be stamped one output frame (40 ms) later
+(`scripts/batch_timestamps.py` shows it on bare sherpa-onnx). Every `--streams` run reports
+both comparisons.
 """
 
 from __future__ import annotations
@@ -87,6 +91,10 @@ class UtteranceRecord:
             "stability": self.stability,
             "error": self.error,
         }
+
+    def text(self) -> tuple[str, ...]:
+        """The committed texts alone: what batching must never change."""
+        return (self.hypothesis, *(f["text"] for f in self.finals), self.error)
 
 
 def failed_record(utt: Utterance, error: str, metric: str) -> UtteranceRecord:

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from streamasr.backends.base import EngineOptions
+from streamasr.bench.outdir import RECORDS_NAME
 from streamasr.commands.common import (
     CHUNK_RANGE,
     DEFAULT_THREADS,
@@ -37,6 +38,7 @@ from streamasr.commands.common import (
     setup_logging,
 )
 from streamasr.errors import DatasetError, UsageError
+from streamasr.render import escape
 
 log = logging.getLogger("streamasr")
 MAX_STREAMS = 256  # one batch of utterances in memory at once; far past any CPU's cores
@@ -78,12 +80,13 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         streams: Annotated[
-            int,
+            str,
             typer.Option(
                 help="Also decode N utterances at once in batches and report the "
-                "aggregate throughput (results must equal one stream's)."
+                "aggregate throughput; comma-separated to sweep (1,2,4,8). The text must "
+                "equal one stream's (checked for each value)."
             ),
-        ] = 1,
+        ] = "1",
         workers: Annotated[
             int,
             typer.Option(
@@ -93,9 +96,13 @@ def register(app: typer.Typer) -> None:
                 "of contention between workers."
             ),
         ] = 1,
-        out: Annotated[Path, typer.Option(help="Folder for results.json and results.md.")] = Path(
-            "bench-results"
-        ),
+        out: Annotated[
+            Path,
+            typer.Option(
+                help="Folder for results.json and results.md, checked writable before "
+                "anything runs; utterances.jsonl there grows as utterances finish."
+            ),
+        ] = Path("bench-results"),
         baseline: Annotated[
             Path | None,
             typer.Option(help="An earlier results.json to compare against."),
@@ -162,7 +169,11 @@ def register(app: typer.Typer) -> None:
                 )
                 regressed = run_bench(request, engine)
         except KeyboardInterrupt:
-            err_console.print("[yellow]interrupted; no results written[/yellow]")
+            err_console.print(
+                "[yellow]interrupted; the finished utterances are in "
+                f"{escape(str(out / RECORDS_NAME))}[/yellow]",
+                highlight=False,
+            )
             raise typer.Exit(EXIT_INTERRUPTED) from None
         if regressed:
             raise typer.Exit(1)
@@ -178,7 +189,7 @@ class BenchRequest:
     limit: int | None = None
     metric: str = "auto"
     realtime: bool = False
-    streams: int = 1
+    streams: str | int = 1
     workers: int = 1
     out: Path = Path("bench-results")
     baseline: Path | None = None
@@ -197,19 +208,27 @@ class BenchRequest:
         check_stream_numbers(self.block_ms, self.tail_padding_s)
         for chunk in parse_int_list(self.chunk, "--chunk"):
             check_number("--chunk", chunk, *CHUNK_RANGE, "50 Hz frames (16 = 320 ms)")
+        for n in self.stream_counts():
+            check_number("--streams", n, 1, MAX_STREAMS, "(streams decoded in one batch)")
         onset_options(self.onset_dbfs)
         if self.limit is not None and self.limit < 1:
             raise UsageError(f"--limit must be at least 1, got {self.limit}")
-        check_number("--streams", self.streams, 1, MAX_STREAMS, "(streams decoded in one batch)")
         from streamasr.bench.workers import check_workers
 
         check_workers(self.workers)
-        if self.realtime and self.streams > 1:
+        if self.realtime and max(self.stream_counts()) > 1:
             raise UsageError("--realtime paces one live stream at a time; use it without --streams")
         if self.metric not in (*METRICS, "auto"):
             raise UsageError(f"--metric {self.metric!r}: use wer, cer, mer or auto")
         if self.fail_on and self.baseline is None:
             raise UsageError("--fail-on needs --baseline PREVIOUS/results.json to compare against")
+
+    def stream_counts(self) -> list[int]:
+        """--streams as a sorted list: '1,4,2' -> [1, 2, 4]."""
+        from streamasr.bench.sweep import parse_int_list
+
+        values = parse_int_list(str(self.streams), "--streams")
+        return sorted(v for v in values if v is not None) or [1]
 
 
 def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
@@ -217,11 +236,16 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
     from streamasr.bench import report
     from streamasr.bench.datasets import load_dataset
     from streamasr.bench.metrics import model_metric
+    from streamasr.bench.outdir import RecordLog, check_out
     from streamasr.bench.runner import RunOptions
     from streamasr.bench.sweep import parse_int_list, plan_settings, run_setting
     from streamasr.stream import StreamOptions
 
     request.check()
+    if request.plot is not None:
+        from streamasr.bench.plot import require_matplotlib
+
+        require_matplotlib()
     rules = report.parse_fail_on(request.fail_on) if request.fail_on else []
     baseline = report.load_baseline(request.baseline) if request.baseline else None
     settings = plan_settings(
@@ -242,6 +266,7 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
         StreamOptions(
             block_s=block_s,
             tail_padding_s=request.tail_padding_s,
+            paced=request.realtime,
             onset=onset_options(request.onset_dbfs),
         ),
         metric=metric,
@@ -260,7 +285,7 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
             "onset_dbfs": request.onset_dbfs,
             "metric": metric,
             "realtime": request.realtime,
-            "streams": request.streams,
+            "streams": request.stream_counts(),
             "workers": request.workers,
             "limit": request.limit,
         }
@@ -271,7 +296,20 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
         from streamasr.bench.workers import run_setting_in_workers
 
         run_setting = partial(run_setting_in_workers, workers=request.workers)
-    results = _run_all(settings, engine, data.utterances, options, request.streams, run_setting)
+    check_out(request.out)
+    records = RecordLog(request.out)
+    try:
+        results = _run_all(
+            settings,
+            engine,
+            data.utterances,
+            options,
+            request.stream_counts(),
+            run_setting,
+            records.write,
+        )
+    finally:
+        records.close()
     doc = report.results_document(run, report.dataset_record(data), results)
     checks = report.compare(baseline, doc, rules) if baseline is not None else []
     report.write_results(request.out, doc, checks)
@@ -302,10 +340,14 @@ def _run_all(
     engine: Any,
     utterances: Any,
     options: Any,
-    streams: int,
+    streams: list[int],
     run_setting: Any,
+    keep: Any = lambda record: None,
 ) -> list[dict[str, Any]]:
-    """Run each setting under one progress bar with an ETA (shown on a terminal only)."""
+    """Run each setting under one progress bar with an ETA (shown on a terminal only).
+
+    `keep` gets every finished utterance's record at once (the `utterances.jsonl` log).
+    """
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -315,7 +357,7 @@ def _run_all(
         TimeRemainingColumn,
     )
 
-    passes = 2 if streams > 1 else 1
+    passes = 1 + sum(1 for n in streams if n > 1)
     total = len(utterances) * len(settings) * passes
     columns = (
         TextColumn("{task.description}"),
@@ -332,7 +374,8 @@ def _run_all(
         task = progress.add_task("bench", total=total)
 
         def on_done(name: str, record: Any) -> None:
-            progress.update(task, advance=1, description=f"{name}: {record.id}")
+            keep({"setting": name, **record.to_dict()})
+            progress.update(task, advance=1, description=f"{name}: {escape(record.id)}")
 
         for setting in settings:
             results.append(run_setting(setting, engine, utterances, options, streams, on_done))
@@ -341,6 +384,8 @@ def _run_all(
 
 def _print_notes(doc: dict[str, Any], out: Path) -> None:
     """Skipped rows, failures and where the files went, under the table."""
+    from streamasr.bench import report
+
     data = doc["dataset"]
     if data["bad_rows"] or data["missing_audio"]:
         err_console.print(
@@ -349,11 +394,32 @@ def _print_notes(doc: dict[str, Any], out: Path) -> None:
             highlight=False,
         )
     for setting in doc["settings"]:
-        info = setting["summary"].get("streams")
-        if info and not info["identical"]:
+        summary = setting["summary"]
+        if summary.get("text_before_onset"):
             err_console.print(
-                f"[red]warning:[/red] {setting['name']}: batched results differ for "
-                f"{', '.join(info['mismatched'][:5])}",
+                f"{setting['name']}: {summary['text_before_onset']} utterance(s) showed text "
+                "before the speech onset (first token counted as 0 ms, left out of the "
+                "percentiles)",
                 highlight=False,
+                markup=False,
             )
-    err_console.print(f"results: {out / 'results.json'}, {out / 'results.md'}", highlight=False)
+        for info in report.streams_entries(summary):
+            if not info.get("same_text", info["identical"]):
+                err_console.print(
+                    f"[red]warning:[/red] {setting['name']}: batching {info['n']} streams "
+                    f"changed the text of {escape(', '.join(info['text_mismatched'][:5]))}",
+                    highlight=False,
+                )
+            elif not info["identical"]:
+                err_console.print(
+                    f"{setting['name']}: {info['n']} streams: same text; token times differ "
+                    f"for {len(info['mismatched'])} utterance(s) (int8 models quantise each "
+                    "batch as a whole; see the README)",
+                    highlight=False,
+                    markup=False,
+                )
+    err_console.print(
+        f"results: {out / 'results.json'}, {out / 'results.md'}, {out / RECORDS_NAME}",
+        highlight=False,
+        markup=False,
+    )

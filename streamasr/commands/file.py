@@ -202,6 +202,8 @@ def _prepare(
     recognizer = SherpaRecognizer(files, engine)
     log.info("model: %s", recognizer.description)
     options = StreamOptions(
-        block_s=block_ms / 1000 if block_ms else None, tail_padding_s=tail_padding
+        block_s=block_ms / 1000 if block_ms else None,
+        tail_padding_s=tail_padding,
+        paced=realtime,
     )
     return recognizer, options, make_renderer(fmt_name, realtime)
