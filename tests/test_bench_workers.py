@@ -51,3 +51,18 @@ def test_workers_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "--workers must be between 1 and" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_int8_batching_is_reported_plainly(tmp_path: Path) -> None:
+    """An int8 model batched gets a note that batches are not bit-exact; fp32 does not."""
+    dataset = make_dataset(tmp_path / "ds", n=2, seed=4)
+    notes = {}
+    for model in ("tiny-en", "tiny-random-transducer"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "streamasr.cli", "bench", str(dataset / "manifest.jsonl"),
+             "--model", model, "--streams", "2", "--out", str(tmp_path / model)],
+            capture_output=True, text=True, timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr
+        notes[model] = "quantises activations with one scale per batch" in proc.stderr
+    assert notes == {"tiny-en": True, "tiny-random-transducer": False}

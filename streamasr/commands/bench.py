@@ -315,6 +315,7 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
     report.write_results(request.out, doc, checks)
     err_console.print(report.rich_table(doc))
     _print_notes(doc, request.out)
+    _note_int8_batching(settings, str(request.streams))
     if request.plot is not None:
         from streamasr.bench.plot import plot_tradeoff
 
@@ -380,6 +381,21 @@ def _run_all(
         for setting in settings:
             results.append(run_setting(setting, engine, utterances, options, streams, on_done))
     return results
+
+
+def _note_int8_batching(settings: list[Any], streams: str) -> None:
+    """Say plainly that int8 batches are not bit-exact, whenever an int8 model is batched."""
+    most = max((int(p) for p in streams.split(",") if p.strip().isdigit()), default=1)
+    int8 = [s.name for s in settings if ".int8." in s.files.encoder.name]
+    if most > 1 and int8:
+        err_console.print(
+            f"note: the int8 encoder ({', '.join(int8)}) quantises activations with one "
+            "scale per batch: batch companions can move a token time or change a word, so "
+            "the batched rows are not bit-exact with one stream (the one-stream rows are). "
+            "Use --fp32 for exact batching; see the README's Performance section",
+            highlight=False,
+            markup=False,
+        )
 
 
 def _print_notes(doc: dict[str, Any], out: Path) -> None:
