@@ -227,6 +227,7 @@ def make_full(out_dir: Path, seed: int) -> list[Path]:
     ]
     if all(p.is_file() for p in wanted) and (out_dir / "tokens.txt").is_file():
         print(f"reusing {out_dir}")
+        check_full_sizes(out_dir)
         return wanted
     params = model_params(
         use_transducer=True, use_ctc=False, chunk=FULL_EXPORTS[0][0], left=FULL_EXPORTS[0][1],
@@ -241,7 +242,21 @@ def make_full(out_dir: Path, seed: int) -> list[Path]:
     # Tokens in sherpa-onnx format; a random model's text is meaningless anyway.
     full_tokens = TOKENS + [f"{WORD_BOUNDARY}W{i}" for i in range(FULL_VOCAB_SIZE - len(TOKENS))]
     write_tokens(out_dir / "tokens.txt", full_tokens)
+    check_full_sizes(out_dir)
     return wanted
+
+
+def check_full_sizes(out_dir: Path) -> None:
+    """Shared (deduplicated) layer weights show as a small fp32 encoder and an int8 one that
+    is not smaller: refuse such an export rather than measure the wrong model."""
+    for fp32 in sorted(p for p in out_dir.glob("encoder-*.onnx") if ".int8." not in p.name):
+        int8 = fp32.with_name(fp32.name.replace(".onnx", ".int8.onnx"))
+        fp32_mb, int8_mb = fp32.stat().st_size / 1e6, int8.stat().st_size / 1e6
+        if fp32_mb < 200 or int8_mb >= fp32_mb / 2:
+            raise SystemExit(
+                f"{fp32.name}: {fp32_mb:.0f} MB fp32 / {int8_mb:.0f} MB int8; expected ~261 / "
+                "~70 MB. Layers share weights; perturb_every_parameter() did not run?"
+            )
 
 
 def make_transducer(out_dir: Path, seed: int) -> None:
