@@ -319,7 +319,8 @@ def test_cli_measure_table_ends_with_expected_latency(cli, random_transducer):
     assert "expected first-token latency on this machine" in body[-3] + body[-2] + body[-1]
 
 
-def test_cli_errors_go_to_stderr_with_exit_codes(cli):
+def test_cli_errors_go_to_stderr_with_exit_codes(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("STREAMASR_HOME", str(tmp_path / "empty-cache"))  # nothing pulled
     result = run(cli, "--model", "no-such-model-name")
     assert result.exit_code == 1
     assert "en-20M" in result.stderr and result.stdout == ""
