@@ -255,7 +255,8 @@ def run_capture(
             captured += len(block.samples)
             if session is None:
                 clock = CaptureClock(block.arrived_s, len(block.samples) / source.sample_rate)
-                session = StreamSession(recognizer, source.sample_rate, name, options, clock)
+                live = dataclasses.replace(options, paced=True)  # a microphone is live
+                session = StreamSession(recognizer, source.sample_rate, name, live, clock)
                 output.begin(name)
                 mix = (
                     f"channel {source.channel}"
