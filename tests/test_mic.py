@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -29,7 +30,7 @@ from streamasr.commands.mic import (
     format_devices,
     run_capture,
 )
-from streamasr.errors import DependencyError, DeviceError, UsageError
+from streamasr.errors import DependencyError, DeviceError, OutputError, UsageError
 from streamasr.events import FirstToken
 from streamasr.mic import (
     AudioWriter,
@@ -432,6 +433,92 @@ def test_saved_audio_survives_a_crash_up_to_the_last_block(tmp_path: Path) -> No
 def test_save_to_an_unwritable_place_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--save"):
         AudioWriter(str(tmp_path / "missing" / "x.wav"), 48000)
+
+
+def wav_sizes(path: Path) -> dict[str, int]:
+    """RIFF size, chunk sizes and the fmt fields of a WAV file, read straight from the bytes."""
+    data = path.read_bytes()
+    sizes = {"file": len(data), "riff": struct.unpack("<I", data[4:8])[0]}
+    at = 12
+    while at + 8 <= len(data):
+        chunk, size = data[at : at + 4].decode(), struct.unpack("<I", data[at + 4 : at + 8])[0]
+        sizes[chunk] = size
+        if chunk == "fmt ":
+            sizes["format_tag"], sizes["bits"] = struct.unpack("<H", data[at + 8 : at + 10])[0], (
+                struct.unpack("<H", data[at + 22 : at + 24])[0]
+            )
+            sizes["cb_size"] = struct.unpack("<H", data[at + 24 : at + 26])[0]
+        if chunk == "fact":
+            sizes["fact_frames"] = struct.unpack("<I", data[at + 8 : at + 12])[0]
+        if chunk == "data":
+            sizes["data_at"] = at + 8
+            break
+        at += 8 + size + (size & 1)
+    return sizes
+
+
+def test_every_block_leaves_a_complete_float_wav_on_disk(tmp_path: Path) -> None:
+    path = tmp_path / "blocks.wav"
+    writer = AudioWriter(str(path), 44100)
+    for number in range(1, 4):
+        writer.write(np.full(441 * number, number / 10, dtype=np.float32))
+        sizes = wav_sizes(path)  # read while the writer is still open, as after a crash
+        frames = 441 * sum(range(1, number + 1))
+        assert sizes["data"] == frames * 4 == sizes["file"] - sizes["data_at"]
+        assert sizes["fact_frames"] == frames and sizes["riff"] == sizes["file"] - 8
+        assert (sizes["format_tag"], sizes["bits"], sizes["fmt "], sizes["cb_size"]) == (
+            3, 32, 18, 0
+        )
+    writer.close()
+    audio, rate = sf.read(path, dtype="float32")
+    assert rate == 44100 and len(audio) == 441 * 6 and audio[-1] == pytest.approx(0.3)
+    soxi = subprocess.run(["soxi", str(path)], capture_output=True, text=True, check=False)
+    assert soxi.returncode == 0 and soxi.stderr == "", soxi.stderr  # no header warnings
+    assert "32-bit Floating Point" in soxi.stdout
+
+
+def test_a_full_disk_under_save_is_one_output_error_and_the_file_keeps_what_was_written(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "full.wav"
+    writer = AudioWriter(str(path), 16000)
+    writer.write(np.full(1600, 0.25, dtype=np.float32))
+    # the disk fills up: the writer's own descriptor now points at /dev/full (ENOSPC)
+    full = os.open("/dev/full", os.O_WRONLY)
+    try:
+        os.dup2(full, writer._wav.fileno())  # noqa: SLF001 - swap the real file for a full one
+    finally:
+        os.close(full)
+    with pytest.raises(OutputError, match=r"--save .*No space left on device.*kept"):
+        writer.write(np.full(1600, 0.5, dtype=np.float32))
+    writer.write(np.full(1600, 0.75, dtype=np.float32))  # quiet once broken
+    writer.close()
+    assert writer.frames == 1600
+    audio, _ = sf.read(path, dtype="float32")
+    assert len(audio) == 1600 and audio[-1] == pytest.approx(0.25)
+
+
+def test_save_on_a_full_disk_from_the_start_is_an_output_error(tmp_path: Path) -> None:
+    link = tmp_path / "full.wav"
+    link.symlink_to("/dev/full")
+    with pytest.raises(OutputError, match="No space left on device"):
+        AudioWriter(str(link), 16000)
+
+
+def test_a_full_disk_mid_session_stops_capture_and_flushes_the_summary(
+    recognizer: SherpaRecognizer, speech_48k_stereo: np.ndarray, tmp_path: Path
+) -> None:
+    source, output, writer, shown = live(recognizer, speech_48k_stereo, tmp_path)
+    full = os.open("/dev/full", os.O_WRONLY)
+    try:
+        os.dup2(full, writer._wav.fileno())  # noqa: SLF001 - the disk is full from now on
+    finally:
+        os.close(full)
+    with pytest.raises(OutputError, match="--save"):
+        run_capture(source, recognizer, StreamOptions(), output, writer, 2.0)
+    records = [json.loads(x) for x in shown.getvalue().splitlines()]
+    assert records and records[-1]["type"] == "summary"
+    assert output.log_file is not None and output.log_file.closed
 
 
 # ---- missing PortAudio / sounddevice ----------------------------------------------------
