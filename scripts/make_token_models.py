@@ -11,7 +11,8 @@ chunk 16 / left 64 only, and differ in their vocabulary:
     tiny-random-cjkchar-bpe/  Chinese characters plus upper-case English BPE pieces, like the
                               bilingual zh-en release; bpe.vocab for hotwords
     tiny-random-bpe/          ``▁``-prefixed English BPE pieces; bpe.vocab for hotwords
-    tiny-random-byte/         byte-fallback pieces ``<0x00>``..``<0xFF>`` plus a few BPE pieces
+    tiny-random-byte/         byte-fallback pieces ``<0x00>``..``<0xFF>`` (rotated) plus a few
+                              BPE pieces
 
 The encoder is built first from the same seed as tiny-random-transducer, so its weights
 and export are identical in all of them (git stores the file once).
@@ -77,10 +78,14 @@ CJK_VOCAB = ["<blk>", "<unk>", *dict.fromkeys(CJK_CHARS)]
 MIXED_VOCAB = ["<blk>", "<unk>", *dict.fromkeys(CJK_CHARS[:60]), *EN_PIECES]
 BPE_VOCAB = ["<blk>", "<unk>", *EN_PIECES, f"{B}", *(chr(c) for c in range(ord("B"), ord("Z") + 1))]
 BPE_VOCAB = list(dict.fromkeys(BPE_VOCAB))
+# The byte pieces are listed rotated, so that the token this random model emits most is a
+# UTF-8 lead byte (0xE4, as in most Chinese characters): its output is then mostly bytes
+# that never complete, the harshest case for text assembly.
+BYTE_ROTATION = 0xC5
 BYTE_VOCAB = [
     "<blk>",
     "<unk>",
-    *(f"<0x{b:02X}>" for b in range(256)),
+    *(f"<0x{(b + BYTE_ROTATION) % 256:02X}>" for b in range(256)),
     f"{B}THE",
     f"{B}A",
     "ING",
