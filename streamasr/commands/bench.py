@@ -169,11 +169,9 @@ def register(app: typer.Typer) -> None:
                 )
                 regressed = run_bench(request, engine)
         except KeyboardInterrupt:
-            err_console.print(
-                "[yellow]interrupted; the finished utterances are in "
-                f"{escape(str(out / RECORDS_NAME))}[/yellow]",
-                highlight=False,
-            )
+            kept = out / RECORDS_NAME
+            where = f"the finished utterances are in {kept}" if kept.is_file() else "nothing ran"
+            err_console.print(f"[yellow]interrupted; {escape(where)}[/yellow]", highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         if regressed:
             raise typer.Exit(1)
