@@ -237,7 +237,7 @@ def meter_text(reading: LevelReading) -> Text:
     filled = cells(reading.level_dbfs)
     hold = cells(reading.peak_hold_dbfs)
     color = "red" if reading.clipping else "yellow" if reading.level_dbfs > -6 else "green"
-    bar = Text("input ")
+    bar = Text("input ", no_wrap=True, overflow="ellipsis")  # one line, even when narrow
     bar.append("█" * filled, style=color)
     for cell in range(filled, METER_CELLS):
         bar.append("│" if cell == hold - 1 and hold > filled else "·", style="dim")

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import io
 import math
+import os
+import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import require_tool
 from pulse_fixture import PulseServer, pulse_server
 from rich.console import Console
 from test_mic import HEADSET, factory
@@ -229,3 +233,57 @@ def test_a_real_device_hearing_nothing_is_called_silent(
     assert run.returncode == 0, run.stderr
     assert "the whole capture was silent (digital silence" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_the_live_view_on_a_real_terminal_keeps_the_meter_whole_below_messages(
+    pulse_server: PulseServer, speech_22k: Path, tmp_path: Path
+) -> None:
+    """Run `streamasr mic` in tmux while speech plays; read the screen as a user sees it.
+
+    Messages (first-token lines) are printed while the meter is drawn: every screen must show
+    them on lines of their own, with the meter only as the bottom line; at the end the meter
+    is gone and the summary stays.
+    """
+    require_tool("tmux")
+    clip = tmp_path / "speech-44k.wav"
+    subprocess.run(
+        ["sox", str(speech_22k), "-D", "-r", "44100", "-b", "16", "-c", "1", str(clip)],
+        check=True,
+    )
+    pulse_vars = {k: v for k, v in pulse_server.env.items() if k.startswith(("PULSE_", "XDG_"))}
+    command = shlex.join(
+        ["env", *(f"{k}={v}" for k, v in pulse_vars.items()), sys.executable, "-m",
+         "streamasr.cli", "mic", "--device", "pulse", "--model", "tiny-en", "--duration", "8"]
+    ) + "; sleep 60"
+    tmux = ["tmux", "-L", f"streamasr-test-{os.getpid()}"]  # a private tmux server
+    subprocess.run([*tmux, "new-session", "-d", "-x", "100", "-y", "30", command], check=True)
+
+    def screen() -> list[str]:
+        shown = subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True)
+        return [line for line in shown.stdout.splitlines() if line.strip()]
+
+    try:
+        deadline = time.monotonic() + 60
+        while not any("listening:" in line for line in screen()):
+            assert time.monotonic() < deadline, "\n".join(screen())
+            time.sleep(0.2)
+        player = pulse_server.play(clip)
+        screens: list[list[str]] = []
+        while True:
+            screens.append(screen())
+            if any(line.startswith("capture:") for line in screens[-1]):
+                break
+            assert time.monotonic() < deadline + 60, "\n".join(screens[-1])
+            time.sleep(0.2)
+        assert player.wait(timeout=30) == 0
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+    live = [s for s in screens if any(line.startswith("utterance 1:") for line in s)]
+    assert any(s[-1].startswith("input ") for s in live), "the meter was never drawn"
+    for shown in screens[:-1]:
+        meters = [i for i, line in enumerate(shown) if "dBFS" in line]
+        assert meters in ([], [len(shown) - 1]), "\n".join(shown)
+        assert shown[-1].startswith("input ") or not meters
+    final = screens[-1]
+    assert not any("dBFS" in line for line in final), "\n".join(final)
+    assert any("first token p50" in line for line in final)
