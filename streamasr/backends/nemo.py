@@ -1,0 +1,600 @@
+"""NVIDIA NeMo cache-aware FastConformer behind the Recognizer protocol (CUDA or CPU).
+
+True streaming, the way a microphone must work: mel features are computed per feed block
+(nemo_features.py), the encoder consumes one chunk of `R + 1` output frames per step with its
+pre-encode cache and its three caches (`cache_last_channel`, `cache_last_time`,
+`cache_last_channel_len`) carried between steps, and the greedy RNNT or CTC decoder carries
+its state across chunks. For a model trained with chunked_limited attention and causal
+convolutions this computes exactly what the model computes over the whole utterance at once
+(tests/test_nemo_parity.py proves it on the bundled tiny models).
+
+torch and nemo are imported inside functions: `import streamasr` must not need them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from streamasr.backends.base import Hypothesis
+from streamasr.backends.nemo_features import IncrementalMel
+from streamasr.errors import DependencyError, ModelError, UsageError
+
+log = logging.getLogger("streamasr")
+
+SAMPLE_RATE = 16000
+FEATURE_HOP_S = 0.01
+GPU_EXTRA = "pip install 'streamasr[gpu]'"
+EOU_PIECES = ("<EOU>", "<eou>")
+
+
+@dataclass(frozen=True)
+class OfflineResult:
+    """The whole utterance through the encoder at once, and its greedy decoding."""
+
+    encoder_frames: np.ndarray  # (frames, d_model) float32
+    token_ids: tuple[int, ...]
+    token_frames: tuple[int, ...]  # encoder output frame of each token
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """Which feature frames one encoder step reads, and how many outputs it drops."""
+
+    start: int  # first feature frame given to the pre-encoder (includes its cache)
+    end: int  # one past the last feature frame
+    drop: int  # pre-encoded frames already emitted by earlier steps
+    new_frames: int  # encoder output frames this step adds
+
+
+def import_torch():
+    """torch, or a DependencyError naming the extra that brings it."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise DependencyError(
+            f"the NeMo backend needs torch and nemo_toolkit, which are not installed; "
+            f"run: {GPU_EXTRA}"
+        ) from exc
+    return torch
+
+
+def check_device(device: str) -> str:
+    """'cpu', 'cuda' or 'cuda:N'; CUDA must really be there."""
+    if device != "cpu" and not (device == "cuda" or device.startswith("cuda:")):
+        raise UsageError(f"--device {device!r} is not a device; use cpu, cuda or cuda:N")
+    torch = import_torch()
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise DependencyError(
+                f"CUDA is not available (torch {torch.__version__} "
+                f"{'has no CUDA build' if torch.version.cuda is None else 'finds no GPU'}); "
+                "use --device cpu, or on an NVIDIA machine install a CUDA torch and "
+                f"{GPU_EXTRA}"
+            )
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise UsageError(
+                f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here"
+            )
+    return device
+
+
+@contextlib.contextmanager
+def quiet_nemo() -> Iterator[None]:
+    """NeMo logs every config detail at INFO level; keep only its errors while loading."""
+    from nemo.utils import logging as nemo_logging
+
+    level = nemo_logging.getEffectiveLevel()
+    nemo_logging.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        nemo_logging.setLevel(level)
+
+
+def import_nemo_asr():
+    """nemo.collections.asr, or a DependencyError with the install line."""
+    try:
+        with contextlib.redirect_stdout(None):
+            import nemo.collections.asr as nemo_asr
+    except ImportError as exc:
+        raise DependencyError(
+            f"the NeMo backend needs nemo_toolkit[asr], which is not installed "
+            f"({exc.name or exc}); run: {GPU_EXTRA}"
+        ) from exc
+    return nemo_asr
+
+
+_LOADED: dict[tuple[str, str, int], object] = {}
+
+
+def load_model(nemo_asr, torch, path: Path, device: str):
+    """Restore a .nemo once per (file, device); recognizers at other look-aheads share it."""
+    key = (str(path.resolve()), device, path.stat().st_mtime_ns)
+    if key not in _LOADED:
+        try:
+            with quiet_nemo():
+                _LOADED[key] = nemo_asr.models.ASRModel.restore_from(
+                    str(path), map_location=torch.device(device)
+                )
+        except Exception as exc:  # NeMo raises many types for a bad archive
+            raise ModelError(
+                f"NeMo could not load {path}: {exc}. Check that it is a complete .nemo file"
+            ) from exc
+    return _LOADED[key]
+
+
+def format_context(att_context_size: Sequence[int]) -> str:
+    """[70, 13] -> '70,13', the way --att-context-size spells it."""
+    return ",".join(str(int(v)) for v in att_context_size)
+
+
+class NemoRecognizer:
+    """A loaded NeMo cache-aware streaming model at one trained look-ahead.
+
+    `cache_aware_only=False` lets a model that is not cache-aware (band attention or
+    non-causal convolutions) be streamed the same way: its output then differs from offline,
+    which is what the counter-example test measures. Users get the refusal.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        device: str = "cpu",
+        att_context_size: Sequence[int] | None = None,
+        decoder: str | None = None,
+        *,
+        cache_aware_only: bool = True,
+        max_symbols: int = 10,
+    ) -> None:
+        self.device = check_device(device)
+        torch = import_torch()
+        nemo_asr = import_nemo_asr()
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ModelError(
+                f"NeMo model {self.path} does not exist; give a .nemo file "
+                "(e.g. models/tiny-nemo-streaming/tiny-nemo-streaming.nemo)"
+            )
+        model = load_model(nemo_asr, torch, self.path, self.device)
+        self.model = model.eval()
+        self.encoder = model.encoder
+        self.max_symbols = max_symbols
+        self._check_streaming(cache_aware_only)
+        self.att_context_size = self._pick_context(att_context_size)
+        self.decoder = self._pick_decoder(decoder)
+        self._setup_streaming()
+        self._setup_heads()
+        self.model.eval()
+
+    # ----- model checks -----
+
+    def _check_streaming(self, cache_aware_only: bool) -> None:
+        enc = self.encoder
+        if not hasattr(enc, "cache_aware_stream_step") or not hasattr(enc, "att_context_style"):
+            raise ModelError(
+                f"{self.path.name} has no cache-aware streaming encoder "
+                f"({type(enc).__name__}); use a cache-aware FastConformer .nemo"
+            )
+        kernel = enc.layers[0].conv.depthwise_conv.kernel_size[0]
+        causal = list(enc.conv_context_size) == [kernel - 1, 0]
+        self.style = enc.att_context_style
+        self.causal_conv = causal
+        if cache_aware_only and (self.style != "chunked_limited" or not causal):
+            raise ModelError(
+                f"{self.path.name} is not a cache-aware streaming model "
+                f"(att_context_style={self.style}, conv_context_size="
+                f"{list(enc.conv_context_size)}); streamed output would differ from what the "
+                "model computes offline. Use a model trained with chunked_limited attention "
+                "and causal convolutions"
+            )
+
+    def _pick_context(self, wanted: Sequence[int] | None) -> list[int]:
+        trained = [[int(v) for v in acs] for acs in self.encoder.att_context_size_all]
+        if wanted is None:
+            return trained[0]
+        wanted = [int(v) for v in wanted]
+        if wanted not in trained:
+            raise UsageError(
+                f"--att-context-size {format_context(wanted)} was not trained into "
+                f"{self.path.name}; use one of: "
+                f"{', '.join(format_context(acs) for acs in trained)}"
+            )
+        return wanted
+
+    def _pick_decoder(self, wanted: str | None) -> str:
+        heads = []
+        if hasattr(self.model, "joint"):
+            heads.append("rnnt")
+        if hasattr(self.model, "ctc_decoder") or not heads:
+            heads.append("ctc")
+        if wanted is None:
+            return getattr(self.model, "cur_decoder", heads[0])
+        if wanted not in heads:
+            raise UsageError(
+                f"--decoder {wanted} is not available for {self.path.name}; "
+                f"use one of: {', '.join(heads)}"
+            )
+        return wanted
+
+    def _apply_context(self) -> None:
+        """Put this recognizer's look-ahead on the (possibly shared) encoder."""
+        if [int(v) for v in self.encoder.att_context_size] != self.att_context_size:
+            self._setup_streaming()
+
+    def _setup_streaming(self) -> None:
+        left, right = self.att_context_size
+        enc = self.encoder
+        with quiet_nemo():
+            if self.style == "chunked_limited":
+                enc.set_default_att_context_size(self.att_context_size)
+            else:
+                # stream a band model in chunks of R+1 frames, as a cache-aware one would be
+                enc.att_context_size = self.att_context_size
+                enc.setup_streaming_params(
+                    chunk_size=right + 1, shift_size=right + 1, left_chunks=left // (right + 1)
+                )
+        cfg = enc.streaming_cfg
+        self.chunk_frames = right + 1
+        self.first_chunk_feats = int(cfg.chunk_size[0])
+        self.next_chunk_feats = int(cfg.shift_size[1])
+        self.pre_cache_feats = int(cfg.pre_encode_cache_size[1])
+        self.subsampling = int(enc.subsampling_factor)
+        self.frame_s = self.subsampling * FEATURE_HOP_S
+
+    def _setup_heads(self) -> None:
+        tok = self.model.tokenizer
+        self.tokenizer = tok
+        self.vocab = tok.vocab_size
+        self.blank = self.vocab  # NeMo puts blank after the vocabulary for RNNT and CTC heads
+        pieces = tok.ids_to_tokens(list(range(self.vocab)))
+        self.pieces = pieces
+        self.eou_ids = frozenset(i for i, p in enumerate(pieces) if p in EOU_PIECES)
+        if self.decoder == "ctc":
+            self.ctc_head = getattr(self.model, "ctc_decoder", None) or self.model.decoder
+
+    # ----- what the core reads -----
+
+    @property
+    def description(self) -> str:
+        """Model, look-ahead and decoding settings in one line, for summaries."""
+        left, right = self.att_context_size
+        return (
+            f"{self.path.stem} (NeMo {type(self.model).__name__}, att_context_size "
+            f"[{left},{right}]: chunk {self.chunk_s * 1000:.0f} ms, look-ahead "
+            f"{self.lookahead_s * 1000:.0f} ms, {self.decoder} greedy, {self.device})"
+        )
+
+    @property
+    def chunk_s(self) -> float:
+        """Seconds of audio per encoder step: R + 1 output frames of 80 ms."""
+        return round(self.chunk_frames * self.frame_s, 6)
+
+    @property
+    def lookahead_s(self) -> float:
+        """Worst-case look-ahead: R frames for chunked attention (first frame of a chunk);
+        for band attention R plus the convolution's right context, added up over layers."""
+        right = self.att_context_size[1]
+        if self.style != "chunked_limited":
+            conv_right = int(self.encoder.conv_context_size[1])
+            right = (right + conv_right) * len(self.encoder.layers)
+        return round(right * self.frame_s, 6)
+
+    @property
+    def info(self):
+        """What the core, bench and renderers need to know about this model."""
+        from streamasr.backends.base import BackendInfo
+
+        return BackendInfo(
+            backend="nemo",
+            model_name=self.path.stem,
+            device=self.device,
+            sample_rate_hz=SAMPLE_RATE,
+            resamples_input=True,
+            output_frame_s=self.frame_s,
+            chunk_s=self.chunk_s,
+            lookahead_s=self.lookahead_s,
+            token_type="bpe",
+            model_files=(self.path,),
+            settings={
+                "att_context_size": format_context(self.att_context_size),
+                "decoder": self.decoder,
+            },
+        )
+
+    def create_stream(self, keep_encoder_output: bool = False) -> NemoStream:
+        """Open a new stream; `keep_encoder_output` records every encoder frame (tests)."""
+        return NemoStream(self, keep_encoder_output)
+
+    # ----- stepping -----
+
+    def out_frames(self, feats: int) -> int:
+        """Encoder output frames the pre-encoder makes of `feats` feature frames."""
+        import torch
+        from nemo.collections.asr.parts.submodules.subsampling import calc_length
+
+        pre = self.encoder.pre_encode
+        if feats <= 0:
+            return 0
+        return int(
+            calc_length(
+                torch.tensor([feats]),
+                all_paddings=pre._left_padding + pre._right_padding,
+                kernel_size=pre._kernel_size,
+                stride=pre._stride,
+                ceil_mode=pre._ceil_mode,
+                repeat_num=pre._sampling_num,
+            )[0]
+        )
+
+    def decode_batch(self, streams: Sequence[NemoStream]) -> list[bool]:
+        """One encoder step over every stream with a chunk ready, batched by window shape.
+
+        Streams whose windows have the same length and drop run as one batch on the device.
+        """
+        plans = [s.plan() for s in streams]
+        groups: dict[tuple[int, int, int], list[int]] = {}
+        for i, plan in enumerate(plans):
+            if plan is not None:
+                key = (plan.end - plan.start, plan.drop, plan.new_frames)
+                groups.setdefault(key, []).append(i)
+        for members in groups.values():
+            self._step([streams[i] for i in members], [plans[i] for i in members])
+        return [p is not None for p in plans]
+
+    # alias used by the older single-seam core
+    def decode_many(self, streams: Sequence[NemoStream]) -> int:
+        return sum(self.decode_batch(streams))
+
+    def _step(self, streams: Sequence[NemoStream], plans: Sequence[ChunkPlan]) -> None:
+        import torch
+
+        plan = plans[0]
+        self._apply_context()
+        with torch.inference_mode():
+            window = torch.stack([s.features(p) for s, p in zip(streams, plans, strict=True)])
+            lengths = torch.full((len(streams),), plan.end - plan.start, device=self.device)
+            caches = [
+                torch.cat([s.cache[k] for s in streams], dim=1 if k < 2 else 0) for k in range(3)
+            ]
+            enc, enc_len, c_channel, c_time, c_len = self.encoder.cache_aware_stream_step(
+                processed_signal=window,
+                processed_signal_length=lengths,
+                cache_last_channel=caches[0],
+                cache_last_time=caches[1],
+                cache_last_channel_len=caches[2],
+                keep_all_outputs=True,
+                drop_extra_pre_encoded=plan.drop,
+            )
+            if int(enc.shape[-1]) != plan.new_frames:
+                raise ModelError(
+                    f"{self.path.name}: encoder step gave {int(enc.shape[-1])} frames where "
+                    f"{plan.new_frames} were due; the model's subsampling is not supported"
+                )
+            frames = enc.transpose(1, 2)  # (batch, frames, d_model)
+            for b, (stream, p) in enumerate(zip(streams, plans, strict=True)):
+                stream.cache = (c_channel[:, b : b + 1], c_time[:, b : b + 1], c_len[b : b + 1])
+                stream.advance(p, frames[b])
+            if self.device.startswith("cuda"):
+                torch.cuda.synchronize(self.device)
+
+    # ----- decoding (shared by streaming and offline) -----
+
+    def initial_decoder_state(self) -> tuple:
+        """(pred output, pred state, last CTC id) before any token."""
+        import torch
+
+        if self.decoder == "ctc":
+            return (None, None, -1)
+        with torch.inference_mode():
+            g, state = self.model.decoder.predict(None, state=None, add_sos=False, batch_size=1)
+        return (g, state, -1)
+
+    def greedy(self, frames, first_frame: int, state: tuple) -> tuple[list, list, tuple]:
+        """Greedy decoding of (frames, d_model) encoder output; returns ids, frames, state."""
+        import torch
+
+        ids: list[int] = []
+        at: list[int] = []
+        with torch.inference_mode():
+            if self.decoder == "ctc":
+                log_probs = self.ctc_head(encoder_output=frames.T[None])[0]
+                best = log_probs.argmax(-1).tolist()
+                last = state[2]
+                for t, k in enumerate(best):
+                    if k != self.blank and k != last:
+                        ids.append(k)
+                        at.append(first_frame + t)
+                    last = k
+                return ids, at, (None, None, last)
+            g, pred_state, _ = state
+            joint = self.model.joint
+            f_all = joint.project_encoder(frames[None])  # (1, T, H)
+            for t in range(frames.shape[0]):
+                f = f_all[:, t : t + 1]
+                for _ in range(self.max_symbols):
+                    logits = joint.joint_after_projection(f, joint.project_prednet(g))
+                    k = int(logits[0, 0, 0].argmax())
+                    if k == self.blank:
+                        break
+                    ids.append(k)
+                    at.append(first_frame + t)
+                    label = torch.tensor([[k]], device=frames.device)
+                    g, pred_state = self.model.decoder.predict(
+                        label, state=pred_state, add_sos=False, batch_size=1
+                    )
+        return ids, at, (g, pred_state, -1)
+
+    def offline(self, samples: np.ndarray) -> OfflineResult:
+        """The whole 16 kHz utterance through preprocessor, encoder and decoder at once."""
+        import torch
+
+        self._apply_context()
+        with torch.inference_mode():
+            signal = torch.from_numpy(np.ascontiguousarray(samples, np.float32))
+            signal = signal.to(self.device)[None]
+            length = torch.tensor([signal.shape[1]], device=self.device)
+            feats, feat_len = self.model.preprocessor(input_signal=signal, length=length)
+            enc, enc_len = self.encoder(audio_signal=feats, length=feat_len)
+            frames = enc[0, :, : int(enc_len[0])].T
+            ids, at, _ = self.greedy(frames, 0, self.initial_decoder_state())
+        return OfflineResult(frames.float().cpu().numpy(), tuple(ids), tuple(at))
+
+    def text_of(self, ids: Sequence[int]) -> str:
+        """Detokenised text of token ids (end-of-utterance marks left out)."""
+        kept = [i for i in ids if i not in self.eou_ids]
+        return self.tokenizer.ids_to_text(kept).strip() if kept else ""
+
+
+class NemoStream:
+    """One audio stream: resampler, incremental features, encoder caches, decoder state."""
+
+    def __init__(self, recognizer: NemoRecognizer, keep_encoder_output: bool = False) -> None:
+        import torch
+
+        self.rec = recognizer
+        self._mel = IncrementalMel(recognizer.model.preprocessor, recognizer.device)
+        self._feats = torch.zeros((80, 0), device=recognizer.device)
+        self._feat_base = 0  # absolute index of self._feats[:, 0]
+        self._consumed = 0  # feature frames read by encoder steps so far
+        self._emitted = 0  # encoder output frames so far
+        self._finished = False
+        self._resampler = None
+        self._rate = SAMPLE_RATE
+        cache = recognizer.encoder.get_initial_cache_state(
+            batch_size=1, device=torch.device(recognizer.device)
+        )
+        self.cache = (cache[0], cache[1], cache[2])
+        self._dec_state = recognizer.initial_decoder_state()
+        self._ids: list[int] = []
+        self._frames: list[int] = []
+        self._segment_start_frame = 0
+        self._eou = False
+        self.keep_encoder_output = keep_encoder_output
+        self.encoder_output: list[np.ndarray] = []
+
+    # ----- audio in -----
+
+    def accept(self, sample_rate: int, samples: np.ndarray) -> None:
+        """Buffer mono float32 audio at any rate; one streaming resampler per stream."""
+        if self._finished:
+            return
+        samples = np.asarray(samples, np.float32)
+        if sample_rate != SAMPLE_RATE:
+            if self._resampler is None or self._rate != sample_rate:
+                import soxr
+
+                log.debug("resampling %d Hz input to %d Hz", sample_rate, SAMPLE_RATE)
+                self._resampler = soxr.ResampleStream(
+                    sample_rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ"
+                )
+                self._rate = sample_rate
+            samples = self._resampler.resample_chunk(samples)
+        self._mel.accept(samples)
+        self._pull_features()
+
+    def input_finished(self) -> None:
+        """No more audio: flush the resampler; the last partial chunk becomes ready."""
+        if self._finished:
+            return
+        if self._resampler is not None:
+            self._mel.accept(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+        self._mel.finish()
+        self._pull_features()
+        self._finished = True
+
+    def _pull_features(self) -> None:
+        import torch
+
+        new = self._mel.pull()
+        if new is not None:
+            self._feats = torch.cat([self._feats, new], dim=1)
+
+    # ----- encoder steps -----
+
+    def plan(self) -> ChunkPlan | None:
+        """The next encoder step, or None while too little audio is buffered."""
+        rec = self.rec
+        available = self._feat_base + self._feats.shape[1]
+        need = rec.first_chunk_feats if self._consumed == 0 else rec.next_chunk_feats
+        while True:
+            if available - self._consumed >= need:
+                end = self._consumed + need
+            elif self._finished and available > self._consumed:
+                end = available
+            else:
+                return None
+            new_frames = rec.out_frames(end) - self._emitted
+            if new_frames > 0:
+                break
+            self._consumed = end  # a tail too short to make an output frame
+        start = max(0, self._consumed - rec.pre_cache_feats)
+        drop = rec.out_frames(end - start) - new_frames
+        return ChunkPlan(start=start, end=end, drop=drop, new_frames=new_frames)
+
+    def features(self, plan: ChunkPlan):
+        """(80, end - start) features of a plan."""
+        return self._feats[:, plan.start - self._feat_base : plan.end - self._feat_base]
+
+    def advance(self, plan: ChunkPlan, frames) -> None:
+        """Record one step's encoder frames (frames, d_model) and decode them."""
+        rec = self.rec
+        if self.keep_encoder_output:
+            self.encoder_output.append(frames.float().cpu().numpy())
+        ids, at, self._dec_state = rec.greedy(frames, self._emitted, self._dec_state)
+        self._ids.extend(ids)
+        self._frames.extend(at)
+        if rec.eou_ids and any(i in rec.eou_ids for i in ids):
+            self._eou = True
+        self._consumed = plan.end
+        self._emitted += plan.new_frames
+        keep_from = max(0, self._consumed - rec.pre_cache_feats)
+        if keep_from > self._feat_base:
+            self._feats = self._feats[:, keep_from - self._feat_base :]
+            self._feat_base = keep_from
+
+    def decode_step(self) -> bool:
+        """Run one encoder chunk if enough audio is buffered; False when nothing ran."""
+        return self.rec.decode_batch([self])[0]
+
+    # ----- results -----
+
+    @property
+    def frames_emitted(self) -> int:
+        """Encoder output frames computed so far (80 ms each)."""
+        return self._emitted
+
+    def token_ids(self) -> tuple[int, ...]:
+        """Token ids of the open segment."""
+        return tuple(self._ids)
+
+    def text(self) -> str:
+        """Current text of the open segment."""
+        return self.rec.text_of(self._ids)
+
+    def hypothesis(self) -> Hypothesis:
+        """Text, BPE pieces and absolute token times (start of their 80 ms frame)."""
+        frame_s = self.rec.frame_s
+        return Hypothesis(
+            text=self.text(),
+            tokens=tuple(self.rec.pieces[i] for i in self._ids),
+            token_times_s=tuple(round(f * frame_s, 3) for f in self._frames),
+            segment_start_s=round(self._segment_start_frame * frame_s, 3),
+        )
+
+    def is_endpoint(self) -> bool:
+        """True once the model emitted its end-of-utterance token (only models with one)."""
+        return self._eou
+
+    def reset(self) -> None:
+        """Start a new segment; audio, features, encoder caches and decoder state carry on."""
+        self._ids = []
+        self._frames = []
+        self._segment_start_frame = self._emitted
+        self._eou = False
