@@ -42,12 +42,12 @@ def assert_clean(result: subprocess.CompletedProcess) -> None:
 @pytest.fixture(scope="module")
 def bracket_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Audio named `a [final].wav`, `[/x].wav` (a folder named `[` holding x].wav) and a model
-    folder `m [bold]x[/bold]`."""
+    folder `m [bold]x[red]`."""
     root = tmp_path_factory.mktemp("brackets")
     shutil.copy(CLIP, root / "a [final].wav")
     (root / "[").mkdir()
     shutil.copy(CLIP, root / "[" / "x].wav")
-    shutil.copytree(TINY_EN, root / "m [bold]x[/bold]", ignore=shutil.ignore_patterns("test_wavs"))
+    shutil.copytree(TINY_EN, root / "m [bold]x[red]", ignore=shutil.ignore_patterns("test_wavs"))
     return root
 
 
@@ -78,7 +78,7 @@ def test_missing_bracketed_file_is_named_exactly(bracket_dir: Path, name: str) -
 
 
 def test_bracketed_model_dir_in_file_latency_and_bench(bracket_dir: Path) -> None:
-    model = str(bracket_dir / "m [bold]x[/bold]")
+    model = str(bracket_dir / "m [bold]x[red]")
     ran = cli("file", str(CLIP), "--model", model, "--format", "text", "--verbose")
     assert ran.returncode == 0, ran.stderr
     assert_clean(ran)
@@ -89,7 +89,7 @@ def test_bracketed_model_dir_in_file_latency_and_bench(bracket_dir: Path) -> Non
     refused = cli("file", str(CLIP), "--model", model, "--chunk", "24")
     assert refused.returncode == 2
     assert_clean(refused)
-    assert "model m [bold]x[/bold] has no export for --chunk 24" in refused.stderr
+    assert "model m [bold]x[red] has no export for --chunk 24" in refused.stderr
     bench = cli("bench", str(bracket_dir / "no [such] set.jsonl"), "--model", model)
     assert bench.returncode != 0
     assert_clean(bench)
