@@ -12,9 +12,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from streamasr.bench.outdir import RECORDS_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_EN = ROOT / "models" / "tiny-en"
@@ -281,6 +284,29 @@ def test_stop_signal_flushes_final_and_summary(signum: int, code: int) -> None:
     assert summary["text"] == finals and finals.strip()
     # stopped early: less audio than the clip holds
     assert summary["audio_s"] < 3.0 or "interrupted" in err
+
+
+def test_sigterm_stops_bench_like_ctrl_c(tmp_path: Path) -> None:
+    from conftest import make_dataset
+
+    data = make_dataset(tmp_path / "set", n=3, seed=5)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamasr.cli", "bench", str(data / "manifest.jsonl"),
+         "--model", "tiny-en", "--realtime", "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    records = out / RECORDS_NAME
+    deadline = time.monotonic() + 60
+    # --realtime takes as long as the audio: stop once the first utterance is recorded
+    while time.monotonic() < deadline and not (records.exists() and records.read_text()):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err
+    assert "interrupted" in err
+    assert records.read_text().strip()  # what finished before the signal is kept
 
 
 # --- help ----------------------------------------------------------------------------------
