@@ -195,8 +195,7 @@ def table_rows(doc: dict[str, Any], compact: bool = False) -> tuple[list[str], l
     """
     metric = doc["run"].get("metric", "wer").upper()
     realtime = bool(doc["run"].get("realtime"))
-    streams = doc["run"].get("streams", 1)
-    sweep = [n for n in (streams if isinstance(streams, list) else [streams]) if n > 1]
+    sweep = _sweep(doc)
     columns: list[tuple[str, Any]] = [
         ("setting", lambda st, s: st["name"]),
         (
@@ -227,7 +226,10 @@ def table_rows(doc: dict[str, Any], compact: bool = False) -> tuple[list[str], l
     ]
     for n in sweep:
         columns.append(
-            (f"x real time\n{n} streams", lambda st, s, n=n: _streams_cell(streams_entry(s, n)))
+            (
+                f"x real\ntime\n{n} str" if compact else f"x real time\n{n} streams",
+                lambda st, s, n=n: _streams_cell(streams_entry(s, n)),
+            )
         )
     if compact:
         columns = [c for c in columns if c[0] not in _NOT_COMPACT]
@@ -243,6 +245,12 @@ _NOT_COMPACT = (
     "text complete\nms p50",
     "text\nbefore\nonset",  # the terminal prints a note under the table instead
 )
+
+
+def _sweep(doc: dict[str, Any]) -> list[int]:
+    """The --streams values above 1 that a run decoded in batches."""
+    streams = doc["run"].get("streams", 1)
+    return [n for n in (streams if isinstance(streams, list) else [streams]) if n > 1]
 
 
 def streams_entries(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -287,8 +295,8 @@ def rich_table(doc: dict[str, Any]) -> Any:
     table = Table(
         title=Text(f"streamasr bench: {doc['dataset']['path']}"),
         title_justify="left",
-        caption="latencies: ms of audio time (wall: wall clock) from speech onset/end; "
-        "text before onset: utterances left out of the first-token percentiles",
+        caption="latencies: ms of audio time (wall: wall clock) from speech onset/end"
+        + ("; N str: N streams decoded in batches" if _sweep(doc) else ""),
         caption_justify="left",
     )
     for index, name in enumerate(header):

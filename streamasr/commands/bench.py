@@ -311,7 +311,15 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
     doc = report.results_document(run, report.dataset_record(data), results)
     checks = report.compare(baseline, doc, rules) if baseline is not None else []
     report.write_results(request.out, doc, checks)
-    err_console.print(report.rich_table(doc))
+    # a terminal gets its own width; a log file or pipe gets the table's natural width,
+    # not 80 columns that would cut the figures of a wide sweep
+    table = report.rich_table(doc)
+    if err_console.is_terminal:
+        err_console.print(table)
+    else:
+        from rich.console import Console
+
+        Console(file=err_console.file, width=160, color_system=None).print(table)
     _print_notes(doc, request.out)
     _note_int8_batching(settings, str(request.streams))
     if request.plot is not None:
