@@ -97,10 +97,41 @@ def test_known_release_is_judged_by_its_catalog_language(tmp_path: Path) -> None
     en = tmp_path / "en.txt"
     en.write_text("<blk> 0\n▁THE 1\nS 2\n", encoding="utf-8")
     assert (
-        model_metric("sherpa-onnx-streaming-zipformer-bilingual-zh-en-2023-02-20", str(en)) == "cer"
+        model_metric("sherpa-onnx-streaming-zipformer-bilingual-zh-en-2023-02-20", str(en)) == "mer"
     )
+    multi_zh = "sherpa-onnx-streaming-zipformer-multi-zh-hans-2023-12-12"
+    assert model_metric(multi_zh, str(en)) == "cer"
     assert model_metric("sherpa-onnx-streaming-zipformer-en-2023-06-26", str(zh)) == "wer"
     assert model_metric("my-own-model", str(zh)) == "cer"
+
+
+def test_unknown_model_is_judged_by_its_token_type(tmp_path: Path) -> None:
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_text("<blk> 0\n今 1\n天 2\n▁THE 3\nS 4\n▁A 5\n", encoding="utf-8")
+    byte = tmp_path / "byte.txt"
+    byte.write_text("<blk> 0\n<0xE4> 1\n<0xB8> 2\n▁THE 3\n", encoding="utf-8")
+    assert model_metric("my-own-model", str(mixed)) == "mer"
+    assert model_metric("my-own-model", str(byte)) == "wer"
+
+
+def test_mer_counts_chinese_characters_and_english_words() -> None:
+    # units: 我 们 用 python 写 代 码 = 7; "python" misheard as "pison" is ONE substitution
+    assert score("我们用Python写代码", "我们用 pison 写代码", "mer") == ErrorCounts(7, 1, 0, 0)
+    # CER would count letters: 6 letters of python against 5 of pison
+    assert score("我们用Python写代码", "我们用 pison 写代码", "cer").ref_units == 12
+    # a deleted English word, an inserted character, a substituted character
+    assert score("你好 hello world 世界", "你好 world 世间啊", "mer") == ErrorCounts(6, 1, 1, 1)
+    # spacing does not matter: the same units either way
+    assert score("今天 天气 很好", "今天天气很好", "mer") == ErrorCounts(6, 0, 0, 0)
+    assert score("HELLO WORLD", "hello, world!", "mer") == ErrorCounts(2, 0, 0, 0)
+
+
+def test_mer_of_a_whole_set_is_total_errors_over_total_units() -> None:
+    total = total_counts(
+        [score("我们 love 北京", "我们 LOVE 北京 TOO", "mer"), score("天气", "天", "mer")]
+    )
+    assert total == ErrorCounts(7, 0, 1, 1)
+    assert total.rate_pct == pytest.approx(100 * 2 / 7)
 
 
 # ---- percentiles --------------------------------------------------------------------------
