@@ -16,8 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
+import soundfile as sf
+from pulse_fixture import PulseServer, pulse_server
 
 from streamasr.bench.outdir import RECORDS_NAME
+
+__all__ = ["pulse_server"]  # the fixture, imported for pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_EN = ROOT / "models" / "tiny-en"
@@ -307,6 +311,35 @@ def test_sigterm_stops_bench_like_ctrl_c(tmp_path: Path) -> None:
     assert "Traceback" not in err
     assert "interrupted" in err
     assert records.read_text().strip()  # what finished before the signal is kept
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_stop_signal_ends_mic_like_ctrl_c(
+    pulse_server: PulseServer, tmp_path: Path, signum: int, code: int
+) -> None:
+    """A real capture through PortAudio from a private PulseAudio server (see test_mic_pulse)."""
+    saved, log, err_path = tmp_path / "cap.wav", tmp_path / "cap.jsonl", tmp_path / "err.txt"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamasr.cli", "mic", "--model", "tiny-en", "--save",
+             str(saved), "--log", str(log), "--format", "text"],
+            cwd=ROOT, env=pulse_server.env, stdout=subprocess.PIPE, stderr=err, text=True,
+        )
+        deadline = time.monotonic() + 60
+        while "listening:" not in err_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.6)  # the pulse plugin's first block is silence
+        assert pulse_server.play(CLIP).wait(timeout=60) == 0
+        time.sleep(0.5)
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=60)
+    stderr = err_path.read_text()
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    assert out.strip(), "what was recognised before the signal was lost"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert records[-1]["type"] == "summary" and records[-1]["text"].strip()
+    assert sf.info(str(saved)).frames > 0
 
 
 # --- help ----------------------------------------------------------------------------------
