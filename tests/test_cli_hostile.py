@@ -103,6 +103,24 @@ def test_bracketed_model_dir_in_file_latency_and_bench(bracket_dir: Path) -> Non
     assert "no [such] set.jsonl" in bench.stderr
 
 
+def test_requests_the_model_cannot_serve_exit_2(tmp_path: Path) -> None:
+    hotwords = tmp_path / "hot.txt"
+    hotwords.write_text("HELLO\n")
+    cases = [
+        (["file", WAV, "--chunk", "24"], "no export for --chunk 24; it has chunk 16, 32"),
+        (["file", WAV, "--model", "tiny-random-ctc", "--hotwords", str(hotwords),
+          "--decoding-method", "modified_beam_search"], "this model is CTC"),
+        (["latency", "--model", "tiny-en", "--chunk", "24"], "no export for --chunk 24"),
+    ]
+    for args, message in cases:
+        result = cli(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert_clean(result)
+        assert message in result.stderr
+    helped = cli("file", "--help", env=dict(os.environ, COLUMNS="200"))
+    assert "usage error (exit 2)" in helped.stdout
+
+
 def test_models_list_prints_a_bracketed_cache_path(tmp_path: Path) -> None:
     home = tmp_path / "cache [red]x[/red]"
     home.mkdir(parents=True)

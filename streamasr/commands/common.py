@@ -51,7 +51,7 @@ ChunkOpt = Annotated[
     int | None,
     typer.Option(
         help="Chunk in 50 Hz frames (16 = 320 ms). Selects the model export with that chunk; "
-        "refused if the model has none."
+        "a chunk the model has no export for is a usage error (exit 2)."
     ),
 ]
 Fp32Opt = Annotated[bool, typer.Option("--fp32", help="Use fp32 ONNX files even if int8 exist.")]
