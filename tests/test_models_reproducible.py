@@ -18,6 +18,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
 SUBDIRS = ("tiny-random-transducer", "tiny-random-ctc")
+# one model per token type, made by scripts/make_token_models.py
+TOKEN_SUBDIRS = (
+    "tiny-random-cjkchar",
+    "tiny-random-cjkchar-bpe",
+    "tiny-random-bpe",
+    "tiny-random-byte",
+)
 
 
 def _sha256(path: Path) -> str:
@@ -42,8 +49,24 @@ def test_make_test_models_reproduces_committed_files(tmp_path: Path) -> None:
             assert _sha256(tmp_path / sub / name) == _sha256(MODELS / sub / name), f"{sub}/{name}"
 
 
+def test_make_token_models_reproduces_committed_files(tmp_path: Path) -> None:
+    if importlib.util.find_spec("zipformer") is None:
+        pytest.fail("the zipformer package is missing: run scripts/test.sh (see models/README.md)")
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "make_token_models.py"), "--out-dir", tmp_path],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    for sub in TOKEN_SUBDIRS:
+        committed = sorted(p.name for p in (MODELS / sub).iterdir())
+        assert sorted(p.name for p in (tmp_path / sub).iterdir()) == committed
+        for name in committed:
+            assert _sha256(tmp_path / sub / name) == _sha256(MODELS / sub / name), f"{sub}/{name}"
+
+
 def test_readme_lists_the_committed_checksums() -> None:
     readme = (MODELS / "README.md").read_text(encoding="utf-8")
-    for sub in SUBDIRS:
+    for sub in SUBDIRS + TOKEN_SUBDIRS:
         for path in sorted((MODELS / sub).iterdir()):
             assert f"{_sha256(path)}  {sub}/{path.name}" in readme
