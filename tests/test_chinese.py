@@ -163,3 +163,37 @@ def test_bench_metric_can_be_overridden(tmp_path: Path) -> None:
     bad = _cli("bench", str(_manifest(tmp_path)), "--metric", "ter", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2
     assert "wer, cer, mer or auto" in bad.stderr
+
+
+@pytest.mark.parametrize("model", ["tiny-random-cjkchar-bpe", "tiny-random-byte"])
+def test_mic_session_on_mandarin_matches_the_file_run(model: str, tmp_path: Path) -> None:
+    """`mic`'s live loop with an injected PortAudio stream (48 kHz stereo, as a headset)."""
+    import io
+
+    from test_mic import HEADSET, factory
+
+    from streamasr.backends.base import EngineOptions
+    from streamasr.backends.sherpa import SherpaRecognizer
+    from streamasr.commands.mic import SessionOutput, run_capture
+    from streamasr.mic import AudioWriter, MicSource
+    from streamasr.modeldir import resolve_model
+    from streamasr.render import JsonlRenderer
+    from streamasr.stream import StreamOptions
+
+    wav48 = tmp_path / "zh-48k.wav"
+    subprocess.run(["sox", str(CLIPS[1]), "-r", "48000", "-c", "2", str(wav48)], check=True)
+    audio, _ = sf.read(wav48, dtype="float32", always_2d=True)
+    recognizer = SherpaRecognizer(resolve_model(str(MODELS / model), None), EngineOptions())
+    source = MicSource(HEADSET, recognizer.chunk_s, stream_factory=factory(audio))
+    shown = io.StringIO()
+    output = SessionOutput(JsonlRenderer(shown), None)
+    writer = AudioWriter(str(tmp_path / "saved.wav"), source.sample_rate)
+    summary = run_capture(source, recognizer, StreamOptions(), output, writer, 3.0)
+    assert summary is not None
+    events = [json.loads(line) for line in shown.getvalue().splitlines()]
+    for event in events:
+        if "text" in event:
+            _assert_whole_characters(event["text"])
+    file_events, _ = _jsonl(tmp_path / "saved.wav", model)
+    file_text = " ".join(e["text"] for e in file_events if e["type"] == "final")
+    assert summary.text == file_text
