@@ -118,6 +118,15 @@ def run_ours(recognizer: Any, samples: np.ndarray, block: int) -> list[float]:
     return steps
 
 
+def peak_rss_mb() -> float:
+    """This process's own peak RSS (VmHWM). Not ru_maxrss: Linux carries that over exec from
+    the parent, so a child of a big parent would report the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
@@ -200,7 +209,7 @@ def child_startup(kind: str, precision: str, seconds: float) -> None:
     print(json.dumps({
         "first_sample_s": first[0] if first else None,
         "first_sample_cpu_s": first[1] if first else None,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_mb(),
     }))
 
 
@@ -303,9 +312,17 @@ def _decode_batch(engine: Any, batch: list[np.ndarray]) -> list[tuple[tuple[str,
     return out
 
 
-def measure_batch_leak(n_utts: int) -> list[dict[str, Any]]:
-    """Does stream 0's result depend on its batch companions? Bare sherpa-onnx."""
-    utts = [audio(4.0 + (i % 3), seed=200 + i) for i in range(n_utts)]
+def measure_batch_leak(n_utts: int, tmp: Path) -> list[dict[str, Any]]:
+    """Does an utterance's result depend on its batch companions? Bare sherpa-onnx, on
+    espeak-ng speech from make_dataset.py."""
+    import soundfile as sf
+
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "make_dataset.py"), "--out", str(tmp / "leak"),
+         "--n", str(n_utts), "--seed", "8"],
+        check=True, capture_output=True,
+    )
+    utts = [sf.read(p, dtype="float32")[0] for p in sorted((tmp / "leak" / "wavs").glob("*.wav"))]
     rows = []
     for precision in ("fp32", "int8"):
         engine = bare_engine(precision, 1)
@@ -317,7 +334,8 @@ def measure_batch_leak(n_utts: int) -> list[dict[str, Any]]:
         for i in range(0, n_utts, 4):
             batched.extend(_decode_batch(engine, utts[i:i + 4]))
         rows.append({
-            "precision": precision, "utterances": n_utts,
+            "precision": precision, "utterances": len(utts),
+            "mean_tokens": float(np.mean([len(a[0]) for a in alone])),
             "differ_with_zero_companions": sum(
                 a != b for a, b in zip(alone, with_zeros, strict=True)
             ),
@@ -375,7 +393,7 @@ def child_long(path: str) -> None:
     import bench_overhead  # noqa: E402  (scripts/ is on sys.path beside this file)
 
     result = bench_overhead.streamasr_file("tiny-random-transducer", path, 0.32, 1)
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result))
 
 
@@ -447,11 +465,12 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{'yes' if r['realtime'] else 'no'} | {r['throughput_x']:.1f} |"
         )
     lines += ["", "## int8 batching (bare sherpa-onnx, stream 0's tokens and times)", "",
-              "| precision | utterances | differ with 3 silent companions | differ in batches "
-              "of 4 | of which tokens differ |", "|---|---|---|---|---|"]
+              "| precision | utterances | tokens per utterance | differ with 3 silent companions "
+              "| differ in batches of 4 | of which tokens differ |", "|---|---|---|---|---|---|"]
     for r in doc["batch_leak"]:
         lines.append(
-            f"| {r['precision']} | {r['utterances']} | {r['differ_with_zero_companions']} | "
+            f"| {r['precision']} | {r['utterances']} | {r.get('mean_tokens', 0):.1f} | "
+            f"{r['differ_with_zero_companions']} | "
             f"{r['differ_in_batches_of_4']} | {r['tokens_differ_in_batches_of_4']} |"
         )
     w = doc["batch_wer"]
@@ -484,6 +503,9 @@ def main() -> None:
                         help="engines run at once for capacity (default: one per core)")
     parser.add_argument("--long-minutes", type=float, default=120.0,
                         help="length of the long file for the memory check (default 120)")
+    parser.add_argument("--only", help="comma-separated sections to run again (speed, startup, "
+                        "capacity, batch_leak, batch_wer, flat); the rest is kept from the "
+                        "last results.json in --out")
     parser.add_argument("--child-startup", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--child-capacity", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--child-long", help=argparse.SUPPRESS)
@@ -509,21 +531,26 @@ def main() -> None:
         "models": str(FULL_DIR.relative_to(ROOT)), "seconds": args.seconds, "reps": args.reps,
         "cores": len(os.sched_getaffinity(0)), "load_1min": os.getloadavg()[0],
     })}
-    steps = (
-        ("speed", lambda: measure_speed(args.seconds, args.reps)),
-        ("startup", lambda: measure_startup(30.0, 2)),
-        ("capacity", lambda: measure_capacity(
-            [int(n) for n in args.streams.split(",")], args.workers, 10.0)),
-        ("batch_leak", lambda: measure_batch_leak(8)),
-    )
-    for name, step in steps:
-        print(f"{name} ...", file=sys.stderr, flush=True)
-        doc[name] = step()
-    with tempfile.TemporaryDirectory() as tmp:
-        print("batch_wer ...", file=sys.stderr, flush=True)
-        doc["batch_wer"] = measure_batch_wer(24, Path(tmp))
-        print("flat ...", file=sys.stderr, flush=True)
-        doc["flat"] = measure_flat(args.long_minutes, Path(tmp))
+    previous = args.out / "results.json"
+    if args.only and previous.is_file():  # keep the other sections of the last full run
+        old = json.loads(previous.read_text(encoding="utf-8"))
+        doc = {**old, "run": {**doc["run"], "sections_rerun": args.only, "first_run": old["run"]}}
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        steps = {
+            "speed": lambda: measure_speed(args.seconds, args.reps),
+            "startup": lambda: measure_startup(30.0, 2),
+            "capacity": lambda: measure_capacity(
+                [int(n) for n in args.streams.split(",")], args.workers, 10.0),
+            "batch_leak": lambda: measure_batch_leak(8, tmp),
+            "batch_wer": lambda: measure_batch_wer(24, tmp),
+            "flat": lambda: measure_flat(args.long_minutes, tmp),
+        }
+        for name, step in steps.items():
+            if args.only and name not in args.only.split(","):
+                continue
+            print(f"{name} ...", file=sys.stderr, flush=True)
+            doc[name] = step()
     doc["run"]["load_1min_end"] = os.getloadavg()[0]
     doc["run"]["elapsed_s"] = round(time.perf_counter() - started, 1)
     args.out.mkdir(parents=True, exist_ok=True)
