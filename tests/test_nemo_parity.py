@@ -179,9 +179,10 @@ def test_band_attention_counter_example_does_not_match(audio):
     frames, ids = stream_through(rec, audio, 1600)
     assert frames.shape == offline.encoder_frames.shape
     per_frame = np.abs(frames - offline.encoder_frames).max(axis=1)
-    # measured (seed 20261201, this fixture): max 1.17, every frame differs by more than 1e-3
-    assert per_frame.max() > 0.3
-    assert (per_frame > 1e-3).mean() > 0.9
+    # measured (seed 20261201, this fixture): every one of the 65 frames differs, by 0.59 to
+    # 1.17 (max abs over d_model); the cache-aware model's frames differ by at most 2e-6
+    assert per_frame.min() > 0.1
+    assert per_frame.max() > 0.5
     assert ids != offline.token_ids
 
 
