@@ -16,6 +16,9 @@ fi
 # Everything the tests need is declared in pyproject.toml: the `dev` extra (test tools) and
 # the `train` extra (what scripts/ need to rebuild, train and evaluate the bundled models).
 python -m pip install -q -e '.[dev,train,plot]'
+# The `gpu` extra (NeMo, ~2.2 GB) on CPU torch: the NeMo parity tests run here too. The
+# constraint keeps pip from swapping this machine's CPU torch for a multi-GB CUDA build.
+python -m pip install -q -c <(echo torch==2.13.0) -e '.[gpu]'
 # The `zipformer` package goes in without its declared deps: they pin an older torch
 # (models/README.md); the deps it really imports are in the `train` extra.
 python -m pip install -q --no-deps zipformer==0.1.3 simple-sentencepiece==0.14 \
