@@ -174,6 +174,36 @@ def measure_speed(seconds: float, reps: int) -> list[dict[str, Any]]:
     return rows
 
 
+def measure_threads_batch(streams: int, seconds: float, reps: int) -> list[dict[str, Any]]:
+    """1 vs 2 engine threads for a batch of streams (int8 and fp32), interleaved."""
+    block = int(0.32 * RATE)
+    samples = [audio(seconds, seed=400 + i) for i in range(streams)]
+    engines = {(p, t): bare_engine(p, t) for p in ("int8", "fp32") for t in (1, 2)}
+    wall: dict[Any, list[float]] = {k: [] for k in engines}
+    cpu: dict[Any, list[float]] = {k: [] for k in engines}
+    for _ in range(reps):
+        for key, engine in engines.items():
+            handles = [engine.create_stream() for _ in range(streams)]
+            t0, c0 = time.perf_counter(), time.process_time()
+            for start in range(0, int(seconds * RATE), block):
+                for h, x in zip(handles, samples, strict=True):
+                    h.accept_waveform(RATE, x[start:start + block])
+                while True:
+                    ready = [h for h in handles if engine.is_ready(h)]
+                    if not ready:
+                        break
+                    engine.decode_streams(ready)
+            wall[key].append(time.perf_counter() - t0)
+            cpu[key].append(time.process_time() - c0)
+    audio_s = streams * seconds
+    return [
+        {"precision": p, "threads": t, "streams": streams,
+         "throughput_x": audio_s / statistics.median(wall[(p, t)]),
+         "cpu_s_per_audio_s": statistics.median(cpu[(p, t)]) / audio_s}
+        for p, t in engines
+    ]
+
+
 # --- fresh processes: time to first sample and peak RSS ------------------------------------
 
 
@@ -442,6 +472,13 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{r['chunk_p50_ms_streamasr']:.1f} / {r['chunk_p99_ms_streamasr']:.1f} | "
             f"{r['chunk_p50_ms_bare']:.1f} / {r['chunk_p99_ms_bare']:.1f} |"
         )
+    if "threads_batch" in doc:
+        lines += ["", "## Threads for a batch (bare, interleaved)", "",
+                  "| precision | threads | streams | throughput x | CPU s per audio s |",
+                  "|---|---|---|---|---|"]
+        for r in doc["threads_batch"]:
+            lines.append(f"| {r['precision']} | {r['threads']} | {r['streams']} | "
+                         f"{r['throughput_x']:.1f} | {r['cpu_s_per_audio_s']:.3f} |")
     lines += ["", "## Startup and memory (fresh process each, 1 thread)", "",
               f"| precision | first sample s streamasr (goal < {GOAL_FIRST_SAMPLE_S}) | "
               "bare | CPU s to first sample streamasr / bare | peak RSS MB streamasr | bare | "
@@ -504,8 +541,8 @@ def main() -> None:
     parser.add_argument("--long-minutes", type=float, default=120.0,
                         help="length of the long file for the memory check (default 120)")
     parser.add_argument("--only", help="comma-separated sections to run again (speed, startup, "
-                        "capacity, batch_leak, batch_wer, flat); the rest is kept from the "
-                        "last results.json in --out")
+                        "capacity, threads_batch, batch_leak, batch_wer, flat); the rest is "
+                        "kept from the last results.json in --out")
     parser.add_argument("--child-startup", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--child-capacity", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--child-long", help=argparse.SUPPRESS)
@@ -542,6 +579,7 @@ def main() -> None:
             "startup": lambda: measure_startup(30.0, 2),
             "capacity": lambda: measure_capacity(
                 [int(n) for n in args.streams.split(",")], args.workers, 10.0),
+            "threads_batch": lambda: measure_threads_batch(8, 10.0, 2),
             "batch_leak": lambda: measure_batch_leak(8, tmp),
             "batch_wer": lambda: measure_batch_wer(24, tmp),
             "flat": lambda: measure_flat(args.long_minutes, tmp),
