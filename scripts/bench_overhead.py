@@ -86,9 +86,20 @@ def streamasr_file(model: str, path: str, block_s: float, threads: int) -> dict[
 VARIANTS = {"bare": bare, "streamasr": streamasr_file}
 
 
+def peak_rss_mb() -> float:
+    """This process's own peak RSS (VmHWM). ru_maxrss is carried over exec from the parent on
+    Linux, so a child started by a big process would report the parent's peak."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child(variant: str, model: str, path: str, block_s: float, threads: int) -> None:
     result = VARIANTS[variant](model, path, block_s, threads)
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result))
 
 
