@@ -143,11 +143,13 @@ def main() -> None:
     parser.add_argument("--streams", default="1,4,16,64")
     parser.add_argument("--seconds", type=float, default=20.0, help="audio per stream")
     parser.add_argument("--decoder", default="ctc", choices=("ctc", "rnnt"))
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "nemo_throughput.json")
     args = parser.parse_args()
 
     import torch
 
+    torch.set_num_threads(args.threads)
     lookaheads = [tuple(int(v) for v in la.split(",")) for la in args.lookaheads.split("/")]
     streams_list = [int(n) for n in args.streams.split(",")]
     audio, audio_kind = test_audio(args.seconds)
@@ -158,6 +160,7 @@ def main() -> None:
             torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
         ),
         "torch": torch.__version__,
+        "cpu_threads": args.threads,
         "python": platform.python_version(),
         "audio": f"{audio_kind}, {args.seconds} s per stream",
         "parity": parity(args.model, args.device, lookaheads, audio[: 16000 * 5]),

@@ -16,6 +16,18 @@ REPO = Path(__file__).resolve().parent.parent
 STREAMING = REPO / "models" / "tiny-nemo-streaming" / "tiny-nemo-streaming.nemo"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """torch's default two threads spin against each other on a busy 2-core machine (the
+    tiny model's steps ran ~80x slower); one thread is what a CI runner can count on."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def test_untrained_lookahead_is_refused_with_the_trained_list():
     with pytest.raises(UsageError) as err:
         NemoRecognizer(STREAMING, "cpu", (70, 3), "ctc")
