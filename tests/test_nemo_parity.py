@@ -240,7 +240,9 @@ def test_stream_session_events_carry_80ms_token_times(audio):
         assert len(event.token_times_s) == len(event.tokens) > 0
     times = [t for e in timed for t in e.token_times_s]
     assert all(abs(t / 0.08 - round(t / 0.08)) < 1e-6 for t in times)
-    assert max(times) <= session.audio_s + 0.66  # random weights also emit in the padding
+    # random weights emit in the tail padding too; the subsampling's last frame may start up
+    # to one frame past the end (its causal convolutions pad the end of the features)
+    assert max(times) < session.audio_s + 0.66 + 0.08
     # the session pads the tail with silence; its final is the offline text of the same audio
     padded = np.concatenate([audio, np.zeros(int(0.66 * 16000), np.float32)])
     assert events[-1].text == rec.text_of(rec.offline(padded).token_ids)
