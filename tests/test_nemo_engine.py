@@ -127,3 +127,12 @@ def test_make_script_rebuilds_the_bundled_weights_and_tokenizer(tmp_path):
     assert rebuilt.tokenizer.ids_to_tokens(list(range(rebuilt.tokenizer.vocab_size))) == (
         bundled.tokenizer.ids_to_tokens(list(range(bundled.tokenizer.vocab_size)))
     )
+
+
+def test_threads_are_checked_and_applied():
+    import torch
+
+    with pytest.raises(UsageError, match="--threads must be at least 1, got 0"):
+        NemoRecognizer(STREAMING, "cpu", threads=0)
+    NemoRecognizer(STREAMING, "cpu", threads=1)
+    assert torch.get_num_threads() == 1

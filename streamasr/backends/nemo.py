@@ -138,6 +138,7 @@ def format_context(att_context_size: Sequence[int]) -> str:
 class NemoRecognizer:
     """A loaded NeMo cache-aware streaming model at one trained look-ahead.
 
+    `threads` sets torch's CPU threads (None leaves torch's default, one per core).
     `cache_aware_only=False` lets a model that is not cache-aware (band attention or
     non-causal convolutions) be streamed the same way: its output then differs from offline,
     which is what the counter-example test measures. Users get the refusal.
@@ -152,9 +153,15 @@ class NemoRecognizer:
         *,
         cache_aware_only: bool = True,
         max_symbols: int = 10,
+        threads: int | None = None,
     ) -> None:
         self.device = check_device(device)
         torch = import_torch()
+        if threads is not None:
+            if threads < 1:
+                raise UsageError(f"--threads must be at least 1, got {threads}")
+            # process-wide in torch; on a busy machine more threads than free cores spin
+            torch.set_num_threads(threads)
         nemo_asr = import_nemo_asr()
         self.path = Path(path)
         if not self.path.is_file():
