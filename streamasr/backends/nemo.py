@@ -355,8 +355,8 @@ class NemoRecognizer:
             self._step([streams[i] for i in members], [plans[i] for i in members])
         return [p is not None for p in plans]
 
-    # alias used by the older single-seam core
     def decode_many(self, streams: Sequence[NemoStream]) -> int:
+        """decode_batch as bench's batched runner calls it: how many streams stepped."""
         return sum(self.decode_batch(streams))
 
     def _step(self, streams: Sequence[NemoStream], plans: Sequence[ChunkPlan]) -> None:
