@@ -100,6 +100,8 @@ def quiet_nemo() -> Iterator[None]:
 
 def import_nemo_asr():
     """nemo.collections.asr, or a DependencyError with the install line."""
+    # its telemetry stub announces at import that it is disabled; nothing for a user to act on
+    logging.getLogger("nv_one_logger").setLevel(logging.ERROR)
     try:
         with contextlib.redirect_stdout(None):
             import nemo.collections.asr as nemo_asr
@@ -605,3 +607,58 @@ class NemoStream:
         self._frames = []
         self._segment_start_frame = self._emitted
         self._eou = False
+
+
+def resolve_model(model: str | None) -> Path:
+    """A .nemo file, or a folder holding exactly one (as the model store installs them)."""
+    if not model:
+        raise UsageError("the NeMo backend needs --model: a .nemo file or a folder with one")
+    path = Path(model)
+    if path.is_dir():
+        found = sorted(path.glob("*.nemo"))
+        if len(found) != 1:
+            raise ModelError(
+                f"{path} holds {len(found)} .nemo files; give the one to use as --model"
+            )
+        return found[0]
+    if not path.is_file():
+        raise ModelError(f"NeMo model {model} does not exist; give a .nemo file or its folder")
+    return path
+
+
+def _load(model: str | None, options) -> NemoRecognizer:
+    """The registry's loader: EngineOptions -> NemoRecognizer."""
+    nemo_options = getattr(options, "nemo", None)
+    device = getattr(options, "device", "cpu")
+    return NemoRecognizer(
+        resolve_model(model),
+        device=device,
+        att_context_size=getattr(nemo_options, "att_context_size", None),
+        decoder=getattr(nemo_options, "decoder", None),
+        threads=options.threads if device == "cpu" else None,
+    )
+
+
+def _recognises(model: str | None) -> bool:
+    """File names only (no engine import): a .nemo file, or a folder holding one."""
+    if not model:
+        return False
+    path = Path(model)
+    return path.suffix == ".nemo" or (path.is_dir() and any(path.glob("*.nemo")))
+
+
+def __getattr__(name: str):
+    """`BACKEND`, the registry's entry for this engine, built on first use (the registry
+    imports this module, so the entry cannot be built at import time)."""
+    if name == "BACKEND":
+        from streamasr.backends.registry import BackendEntry
+
+        entry = BackendEntry(
+            name="nemo",
+            summary="NVIDIA NeMo cache-aware FastConformer (.nemo), CUDA or CPU",
+            recognises=_recognises,
+            load=_load,
+        )
+        globals()["BACKEND"] = entry
+        return entry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
