@@ -198,23 +198,34 @@ def test_band_attention_counter_example_does_not_match(audio):
     assert ids != offline.token_ids
 
 
-def test_batched_streams_equal_single_streams(audio):
+def test_batched_streams_equal_single_streams(audio, monkeypatch):
     rec = NemoRecognizer(STREAMING, "cpu", (70, 1), "ctc")
     inputs = [audio, audio[::-1].copy(), audio[8000:]]
-    alone = [stream_through(rec, x, 1600)[1] for x in inputs]
-    streams = [rec.create_stream() for _ in inputs]
-    for i in range(0, len(audio), 1600):
-        for s, x in zip(streams, inputs, strict=True):
-            if i < len(x):
+    starts = [0, 0, 12]  # the third stream joins 1.2 s late: its caches are less full
+    alone = [stream_through(rec, x, 1600) for x in inputs]
+    streams = [rec.create_stream(keep_encoder_output=True) for _ in inputs]
+    batch_sizes = []
+    step = rec.encoder.cache_aware_stream_step
+
+    def observed_step(**kwargs):  # records the batch each real encoder call got
+        batch_sizes.append(kwargs["processed_signal"].shape[0])
+        return step(**kwargs)
+
+    monkeypatch.setattr(rec.encoder, "cache_aware_stream_step", observed_step)
+    for tick in range(len(audio) // 1600 + 20):
+        for s, x, start in zip(streams, inputs, starts, strict=True):
+            i = (tick - start) * 1600
+            if 0 <= i < len(x):
                 s.accept(16000, x[i : i + 1600])
+            elif i >= len(x):
+                s.input_finished()
         while any(rec.decode_batch(streams)):
             pass
-    for s in streams:
-        s.input_finished()
-    while any(rec.decode_batch(streams)):
-        pass
-    assert [s.token_ids() for s in streams] == alone
-    assert len({tuple(a) for a in alone}) == 3
+    assert max(batch_sizes) == 3  # the late stream really shared encoder calls with the others
+    for s, (frames, ids) in zip(streams, alone, strict=True):
+        assert s.token_ids() == ids
+        assert np.abs(np.concatenate(s.encoder_output) - frames).max() < FRAME_TOL
+    assert len({ids for _, ids in alone}) == 3
 
 
 def test_resampled_input_does_not_depend_on_feed_block(speech_22k):
