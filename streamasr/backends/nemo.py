@@ -28,7 +28,6 @@ from streamasr.errors import DependencyError, ModelError, UsageError
 log = logging.getLogger("streamasr")
 
 SAMPLE_RATE = 16000
-FEATURE_HOP_S = 0.01
 GPU_EXTRA = "pip install 'streamasr[gpu]'"
 EOU_PIECES = ("<EOU>", "<eou>")
 
@@ -191,6 +190,18 @@ class NemoRecognizer:
                 f"{self.path.name} has no cache-aware streaming encoder "
                 f"({type(enc).__name__}); use a cache-aware FastConformer .nemo"
             )
+        featurizer = getattr(self.model.preprocessor, "featurizer", None)
+        normalize = getattr(featurizer, "normalize", None)
+        if featurizer is None or normalize not in (None, "NA", "None", ""):
+            raise ModelError(
+                f"{self.path.name}: its features are normalised over the whole utterance "
+                f"(normalize={normalize}), so they cannot be computed as audio arrives; use a "
+                "streaming model (its preprocessor has normalize: NA)"
+            )
+        self.hop = int(featurizer.hop_length)
+        self.n_fft = int(featurizer.n_fft)
+        if int(self.model.preprocessor._sample_rate) != SAMPLE_RATE:
+            raise ModelError(f"{self.path.name} is not a 16 kHz model; streamasr feeds 16 kHz")
         kernel = enc.layers[0].conv.depthwise_conv.kernel_size[0]
         causal = list(enc.conv_context_size) == [kernel - 1, 0]
         self.style = enc.att_context_style
@@ -255,7 +266,7 @@ class NemoRecognizer:
         self.next_chunk_feats = int(cfg.shift_size[1])
         self.pre_cache_feats = int(cfg.pre_encode_cache_size[1])
         self.subsampling = int(enc.subsampling_factor)
-        self.frame_s = self.subsampling * FEATURE_HOP_S
+        self.frame_s = round(self.subsampling * self.hop / SAMPLE_RATE, 6)
 
     def _setup_heads(self) -> None:
         tok = self.model.tokenizer
@@ -468,7 +479,9 @@ class NemoStream:
         import torch
 
         self.rec = recognizer
-        self._mel = IncrementalMel(recognizer.model.preprocessor, recognizer.device)
+        self._mel = IncrementalMel(
+            recognizer.model.preprocessor, recognizer.device, recognizer.hop, recognizer.n_fft
+        )
         self._feats = torch.zeros((80, 0), device=recognizer.device)
         self._feat_base = 0  # absolute index of self._feats[:, 0]
         self._consumed = 0  # feature frames read by encoder steps so far

@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-HOP = 160  # 10 ms at 16 kHz
-HALF_WINDOW = 256  # n_fft // 2: a frame centred at t*HOP reads samples up to t*HOP + 256
-WARMUP_FRAMES = 2  # frames re-computed and discarded before the next one due
-
 
 class IncrementalMel:
     """Feeds 16 kHz audio in; hands out (features, frames) for frames that are final.
@@ -25,9 +21,15 @@ class IncrementalMel:
     n samples has n // 160 frames.
     """
 
-    def __init__(self, preprocessor: object, device: object) -> None:
+    def __init__(self, preprocessor: object, device: object, hop: int, n_fft: int) -> None:
         self._pre = preprocessor
         self._device = device
+        self._hop = hop  # samples per frame (160 = 10 ms)
+        # a frame centred at t * hop reads samples up to t * hop + n_fft // 2
+        self._half_window = n_fft // 2
+        # frames re-computed and discarded before the next one due: those whose window
+        # reaches the start of the re-run piece (2 for n_fft 512, hop 160)
+        self._warmup = -(-self._half_window // hop)
         self._audio = np.zeros(0, np.float32)
         self._audio_start = 0  # absolute index of self._audio[0]
         self._samples = 0  # samples accepted so far
@@ -48,14 +50,14 @@ class IncrementalMel:
         import torch
 
         if self._finished:
-            last = self._samples // HOP  # exclusive
+            last = self._samples // self._hop  # exclusive
         else:
-            last = max(0, (self._samples - HALF_WINDOW) // HOP + 1)
-            last = min(last, self._samples // HOP)
+            last = max(0, (self._samples - self._half_window) // self._hop + 1)
+            last = min(last, self._samples // self._hop)
         if last <= self.frames_done:
             return None
-        first_frame = max(0, self.frames_done - WARMUP_FRAMES)
-        start = first_frame * HOP
+        first_frame = max(0, self.frames_done - self._warmup)
+        start = first_frame * self._hop
         piece = self._audio[start - self._audio_start :]
         signal = torch.from_numpy(np.ascontiguousarray(piece)).to(self._device)[None, :]
         length = torch.tensor([len(piece)], device=self._device)
@@ -63,7 +65,7 @@ class IncrementalMel:
             feats, _ = self._pre(input_signal=signal, length=length)
         out = feats[0, :, self.frames_done - first_frame : last - first_frame]
         self.frames_done = last
-        keep_from = max(0, self.frames_done - WARMUP_FRAMES) * HOP - HOP
+        keep_from = (max(0, self.frames_done - self._warmup) - 1) * self._hop
         if keep_from > self._audio_start:
             self._audio = self._audio[keep_from - self._audio_start :]
             self._audio_start = keep_from
