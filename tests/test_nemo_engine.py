@@ -19,7 +19,7 @@ STREAMING = REPO / "models" / "tiny-nemo-streaming" / "tiny-nemo-streaming.nemo"
 @pytest.fixture(scope="module", autouse=True)
 def one_torch_thread():
     """torch's default two threads spin against each other on a busy 2-core machine (the
-    tiny model's steps ran ~80x slower); one thread is what a CI runner can count on."""
+    tiny model's steps ran tens of times slower); one thread is what a CI runner can count on."""
     import torch
 
     before = torch.get_num_threads()

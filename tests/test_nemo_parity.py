@@ -32,7 +32,7 @@ FRAME_TOL = 1e-4  # float32 summation order differs between a chunk and the whol
 @pytest.fixture(scope="module", autouse=True)
 def one_torch_thread():
     """torch's default two threads spin against each other on a busy 2-core machine (the
-    tiny model's steps ran ~80x slower); one thread is what a CI runner can count on."""
+    tiny model's steps ran tens of times slower); one thread is what a CI runner can count on."""
     import torch
 
     before = torch.get_num_threads()
