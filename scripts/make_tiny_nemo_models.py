@@ -11,8 +11,10 @@ Produces (under --out-dir, default ``models/``)::
 
     tiny-nemo-streaming/tiny-nemo-streaming.nemo   chunked_limited attention, causal convs,
                                                    look-aheads [70,13] [70,6] [70,1] [70,0]
-    tiny-nemo-band/tiny-nemo-band.nemo             the counter-example: regular (band)
+    tiny-nemo-band/tiny-nemo-band.nemo             counter-example: regular (band)
                                                    attention [70,2], symmetric convolutions
+    tiny-nemo-noncausal/tiny-nemo-noncausal.nemo   counter-example: chunked_limited attention
+                                                   as above, but symmetric convolutions
 
 Usage::
 
@@ -42,6 +44,12 @@ D_MODEL = 96
 N_LAYERS = 3
 LOOKAHEADS = [[70, 13], [70, 6], [70, 1], [70, 0]]
 BAND_CONTEXT = [70, 2]
+# (folder, band attention, causal convolutions)
+MODELS = (
+    ("tiny-nemo-streaming", False, True),
+    ("tiny-nemo-band", True, False),
+    ("tiny-nemo-noncausal", False, False),
+)
 
 # SentencePiece needs a little text to learn pieces from; any English will do.
 TOKENIZER_TEXT = """\
@@ -58,8 +66,14 @@ the cache keeps what the next chunk needs and nothing else
 """
 
 
-def model_config(tokenizer_dir: Path, band: bool) -> dict:
-    """The hybrid cache-aware FastConformer config, as NeMo's example yaml lays it out."""
+def model_config(tokenizer_dir: Path, band: bool, causal_conv: bool | None = None) -> dict:
+    """The hybrid cache-aware FastConformer config, as NeMo's example yaml lays it out.
+
+    `band`: regular band attention [70,2] (else chunked_limited at every LOOKAHEADS);
+    `causal_conv`: causal convolutions (default: not for the band model).
+    """
+    if causal_conv is None:
+        causal_conv = not band
     encoder = {
         "_target_": "nemo.collections.asr.modules.ConformerEncoder",
         "feat_in": 80,
@@ -81,8 +95,8 @@ def model_config(tokenizer_dir: Path, band: bool) -> dict:
         "pos_emb_max_len": 5000,
         "conv_kernel_size": 9,
         "conv_norm_type": "layer_norm",
-        # the counter-example sees 4 future steps per layer through its convolutions
-        "conv_context_size": None if band else "causal",
+        # a counter-example sees 4 future steps per layer through its convolutions
+        "conv_context_size": "causal" if causal_conv else None,
         "dropout": 0.1,
         "dropout_pre_encoder": 0.1,
         "dropout_emb": 0.0,
@@ -169,7 +183,7 @@ def train_tokenizer(out_dir: Path) -> Path:
     return out_dir
 
 
-def build(tokenizer_dir: Path, band: bool):
+def build(tokenizer_dir: Path, band: bool, causal_conv: bool | None = None):
     """A fresh model with weights drawn from SEED, in eval mode."""
     import numpy as np
     import torch
@@ -179,7 +193,7 @@ def build(tokenizer_dir: Path, band: bool):
     random.seed(SEED)
     np.random.seed(SEED)
     torch.manual_seed(SEED)
-    cfg = OmegaConf.create(model_config(tokenizer_dir, band))
+    cfg = OmegaConf.create(model_config(tokenizer_dir, band, causal_conv))
     model = EncDecHybridRNNTCTCBPEModel(cfg=cfg)
     return model.eval()
 
@@ -203,8 +217,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer_dir = train_tokenizer(Path(tmp))
-        for name, band in (("tiny-nemo-streaming", False), ("tiny-nemo-band", True)):
-            model = build(tokenizer_dir, band)
+        for name, band, causal_conv in MODELS:
+            model = build(tokenizer_dir, band, causal_conv)
             params = sum(p.numel() for p in model.parameters())
             if args.print_hash:
                 print(f"{name} {weights_sha256(model)}")

@@ -25,6 +25,7 @@ from streamasr.stream import StreamOptions, StreamSession
 MODELS = Path(__file__).resolve().parent.parent / "models"
 STREAMING = MODELS / "tiny-nemo-streaming" / "tiny-nemo-streaming.nemo"
 BAND = MODELS / "tiny-nemo-band" / "tiny-nemo-band.nemo"
+NONCAUSAL = MODELS / "tiny-nemo-noncausal" / "tiny-nemo-noncausal.nemo"
 LOOKAHEADS = [(70, 13), (70, 6), (70, 1), (70, 0)]
 FRAME_TOL = 1e-4  # float32 summation order differs between a chunk and the whole utterance
 
@@ -196,6 +197,25 @@ def test_band_attention_counter_example_does_not_match(audio):
     assert per_frame.min() > 0.1
     assert per_frame.max() > 0.5
     assert ids != offline.token_ids
+
+
+def test_non_causal_convolution_counter_example_does_not_match(audio):
+    """Chunked attention alone is not enough: symmetric convolutions see 4 frames past the
+    chunk in every layer, which a streamed chunk does not have."""
+    with pytest.raises(ModelError, match=r"conv_context_size=\[4, 4\]"):
+        NemoRecognizer(NONCAUSAL, "cpu", (70, 1), "ctc")
+    for lookahead in LOOKAHEADS:
+        rec = NemoRecognizer(NONCAUSAL, "cpu", lookahead, "ctc", cache_aware_only=False)
+        # R frames of the chunk plus 4 per layer through the convolutions
+        assert rec.lookahead_s == pytest.approx((lookahead[1] + 4 * 3) * 0.08)
+        offline = rec.offline(audio)
+        frames, ids = stream_through(rec, audio, 1600)
+        per_frame = np.abs(frames - offline.encoder_frames).max(axis=1)
+        # measured (same weights as tiny-nemo-streaming, this fixture): every frame differs,
+        # by 0.03 to 1.07; largest difference 1.02 to 1.07 at each look-ahead
+        assert per_frame.min() > 0.01, lookahead
+        assert per_frame.max() > 0.5, lookahead
+        assert ids != offline.token_ids, lookahead
 
 
 def test_batched_streams_equal_single_streams(audio, monkeypatch):

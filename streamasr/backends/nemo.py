@@ -298,12 +298,13 @@ class NemoRecognizer:
 
     @property
     def lookahead_s(self) -> float:
-        """Worst-case look-ahead: R frames for chunked attention (first frame of a chunk);
-        for band attention R plus the convolution's right context, added up over layers."""
+        """Worst-case look-ahead. Chunked attention: R frames (first frame of a chunk); band
+        attention: R per layer. Non-causal convolutions add their right context per layer."""
         right = self.att_context_size[1]
+        layers = len(self.encoder.layers)
         if self.style != "chunked_limited":
-            conv_right = int(self.encoder.conv_context_size[1])
-            right = (right + conv_right) * len(self.encoder.layers)
+            right *= layers
+        right += int(self.encoder.conv_context_size[1]) * layers
         return round(right * self.frame_s, 6)
 
     @property
