@@ -44,8 +44,12 @@ class Endpointer:
         self._decoded_s = 0.0
 
     def step(self, decoded_s: float, hyp: Hypothesis) -> EndpointDecision | None:
-        """Account for one encoder step that decoded `decoded_s` seconds of audio."""
-        self._decoded_s += decoded_s
+        """Account for one encoder step that decoded `decoded_s` seconds of audio (or what
+        the hypothesis says was decoded in the segment, where the engine reports it)."""
+        if hyp.segment_decoded_s is not None:
+            self._decoded_s = hyp.segment_decoded_s
+        else:
+            self._decoded_s += decoded_s
         if not self.options.enabled:
             return None
         utterance_s = self._decoded_s

@@ -12,17 +12,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamasr.backends.base import Hypothesis, Recognizer, RecognizerStream
+from streamasr.backends.base import EndpointOptions, Hypothesis, Recognizer, RecognizerStream
+from streamasr.endpointing import Endpointer
 from streamasr.events import Endpoint, Event, Final, FirstToken, Partial, StreamSummary
 from streamasr.onset import OnsetDetector, OnsetOptions
+from streamasr.resample import StreamResampler
 
 DEFAULT_TAIL_PADDING_S = 0.66
-OUTPUT_FRAME_S = 0.04  # streaming Zipformer output rate: 25 Hz
 
 
 @dataclass(frozen=True)
 class StreamOptions:
-    """How audio is fed: block size (None = one chunk) and padding at the end of input.
+    """How audio is fed and cut: block size (None = one chunk), padding at the end of input,
+    onset detection and the endpoint rules (applied here, the same for every engine).
 
     `paced` says the audio arrives at live speed (`--realtime`, a microphone): only then is
     a wall-clock latency the user's wait, so only then is it reported.
@@ -32,13 +34,19 @@ class StreamOptions:
     tail_padding_s: float = DEFAULT_TAIL_PADDING_S
     onset: OnsetOptions = OnsetOptions()
     paced: bool = False
+    endpoint: EndpointOptions = EndpointOptions()
 
 
 class StreamSession:
     """Feeds one audio stream into one recognizer stream and reports what a user would see.
 
     Endpoints are checked after every encoder step (not after every feed block), so the
-    segmentation and the text do not depend on the feed block size.
+    segmentation and the text do not depend on the feed block size. Audio is resampled here
+    for a backend that wants one rate and does not convert itself.
+
+    `feed`/`finish` decode as they go. A batch driver (streamasr/batch.py) instead calls
+    `accept`/`end_input`, steps many streams at once with the recognizer's `decode_batch`,
+    hands each stepped session to `after_step`, and ends with `close`: the same events.
     """
 
     def __init__(
@@ -54,7 +62,15 @@ class StreamSession:
         self.source_name = source_name
         self.options = options
         self.clock = clock
-        self._stream: RecognizerStream = recognizer.create_stream()
+        self.stream: RecognizerStream = recognizer.create_stream()
+        info = recognizer.info
+        self._frame_s = info.output_frame_s
+        self._engine_rate = sample_rate
+        self._resampler: StreamResampler | None = None
+        if not info.resamples_input and sample_rate != info.sample_rate_hz:
+            self._resampler = StreamResampler(sample_rate, info.sample_rate_hz)
+            self._engine_rate = info.sample_rate_hz
+        self._endpointer = Endpointer(options.endpoint, self._frame_s)
         self._start_wall = clock()
         self._samples_fed = 0
         self._compute_s = 0.0
@@ -67,6 +83,7 @@ class StreamSession:
         self._first_token: FirstToken | None = None
         self._revisions = 0
         self._finished = False
+        self._closed = False
 
     @property
     def block_s(self) -> float:
@@ -89,9 +106,7 @@ class StreamSession:
         if self._finished:
             return []
         started = self.clock()
-        self._onsets.feed(samples)
-        self._stream.accept(self.sample_rate, samples)
-        self._samples_fed += len(samples)
+        self.accept(samples)
         events = self._decode_ready()
         self._compute_s += self.clock() - started
         return events
@@ -103,20 +118,73 @@ class StreamSession:
         """
         if self._finished:
             return []
-        self._finished = True
-        if self._samples_fed == 0:
-            return []  # nothing was heard: padding alone must not produce text
         started = self.clock()
-        pad = int(self.options.tail_padding_s * self.sample_rate)
-        if pad > 0:
-            self._stream.accept(self.sample_rate, np.zeros(pad, dtype=np.float32))
-        self._stream.input_finished()
+        if not self.end_input():
+            return []
         events = self._decode_ready()
-        hyp = self._stream.hypothesis()
-        if hyp.text:
-            events.append(self._final(hyp))
+        events.extend(self.close())
         self._compute_s += self.clock() - started
         return events
+
+    def accept(self, samples: np.ndarray) -> None:
+        """Buffer one block without decoding (the onset detector sees it at once)."""
+        if self._finished:
+            return
+        self._onsets.feed(samples)
+        self._samples_fed += len(samples)
+        self._to_engine(samples)
+
+    def end_input(self) -> bool:
+        """Append the tail padding and tell the engine no more audio comes, without decoding.
+
+        False when nothing was ever heard: padding alone must not produce text.
+        """
+        if self._finished:
+            return False
+        self._finished = True
+        if self._samples_fed == 0:
+            return False
+        pad = int(self.options.tail_padding_s * self.sample_rate)
+        if pad > 0:
+            self._to_engine(np.zeros(pad, dtype=np.float32))
+        if self._resampler is not None:
+            self.stream.accept(self._engine_rate, self._resampler.flush())
+        self.stream.input_finished()
+        return True
+
+    def after_step(self) -> list[Event]:
+        """What one encoder step changed: a partial, and an endpoint with its final."""
+        hyp = self.stream.hypothesis()
+        events: list[Event] = []
+        if hyp.text != self._shown:
+            events.extend(self._partial(hyp))
+        decision = self._endpointer.step(self.recognizer.chunk_s, hyp)
+        if decision is not None:
+            if hyp.text:
+                events.append(self._event(Endpoint))
+                events.append(self._final(hyp))
+            self.stream.reset()
+            self._endpointer.reset()
+        return events
+
+    def close(self) -> list[Event]:
+        """After the last step at end of input: the final of the open utterance, if any."""
+        if self._closed or self._samples_fed == 0:
+            return []
+        self._closed = True
+        hyp = self.stream.hypothesis()
+        return [self._final(hyp)] if hyp.text else []
+
+    def add_compute(self, seconds: float) -> None:
+        """Compute spent on this stream by a batch driver (its share of a batched step)."""
+        self._compute_s += seconds
+
+    def _to_engine(self, samples: np.ndarray) -> None:
+        if self._resampler is not None:
+            samples = self._resampler(samples)
+            if len(samples) == 0:
+                return
+        self.stream.accept(self._engine_rate, samples)
 
     def summary(self) -> StreamSummary:
         """Totals for the stream so far."""
@@ -136,15 +204,8 @@ class StreamSession:
 
     def _decode_ready(self) -> list[Event]:
         events: list[Event] = []
-        while self._stream.decode_step():
-            text = self._stream.text()
-            if text != self._shown:
-                events.extend(self._partial(self._stream.hypothesis()))
-            if self._stream.is_endpoint():
-                if text:
-                    events.append(self._event(Endpoint))
-                    events.append(self._final(self._stream.hypothesis()))
-                self._stream.reset()
+        while self.stream.decode_step():
+            events.extend(self.after_step())
         return events
 
     def _partial(self, hyp: Hypothesis) -> list[Event]:
@@ -191,7 +252,7 @@ class StreamSession:
         if hyp.token_times_s:
             # a token is stamped with its encoder output frame; the segment ends with that
             # frame, so consecutive segments never overlap
-            end = min(end, hyp.token_times_s[-1] + OUTPUT_FRAME_S)
+            end = min(end, hyp.token_times_s[-1] + self._frame_s)
         final = self._event(
             Final,
             text=hyp.text,

@@ -90,10 +90,10 @@ def algorithmic(records: list) -> list[dict]:
 @pytest.mark.parametrize("model", ["tiny-random-transducer", "tiny-random-ctc"])
 def test_batched_streams_equal_one_stream(data: Path, model: str) -> None:
     # Short endpoint rules cut utterances into several segments, so resets happen mid-batch.
-    engine = EngineOptions(endpoint=EndpointOptions(rule2_s=0.3, rule3_s=1.5))
-    recognizer = SherpaRecognizer(resolve_model(model, 16), engine)
+    rules = EndpointOptions(rule2_s=0.3, rule3_s=1.5)
+    recognizer = SherpaRecognizer(resolve_model(model, 16), EngineOptions())
     utts = load_dataset(data / "manifest.jsonl").utterances
-    options = RunOptions(StreamOptions(block_s=0.1))
+    options = RunOptions(StreamOptions(block_s=0.1, endpoint=rules))
     sequential = run_sequential(recognizer, utts, options)
     assert any(len(r.finals) > 1 for r in sequential), "endpoints never fired"
     assert all(r.hypothesis for r in sequential)

@@ -65,7 +65,7 @@ def decisions(
             step += 1
             hyp = stream.hypothesis()
             mine = core.step(chunk_s, hyp)
-            theirs = stream.is_endpoint()
+            theirs = bool(engine.is_endpoint(stream.stream))
             out.append((step, theirs, mine.rule if mine else None, hyp))
             if theirs:
                 stream.reset()

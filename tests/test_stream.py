@@ -17,14 +17,17 @@ from streamasr.onset import OnsetDetector
 from streamasr.stream import StreamOptions, StreamSession
 
 
-def recognizer(model: Path, chunk: int | None = None, endpoint: bool = True) -> SherpaRecognizer:
+def recognizer(model: Path, chunk: int | None = None) -> SherpaRecognizer:
     files = resolve_model(str(model), chunk)
-    return SherpaRecognizer(files, EngineOptions(endpoint=EndpointOptions(enabled=endpoint)))
+    return SherpaRecognizer(files, EngineOptions())
 
 
-def run_file(rec: SherpaRecognizer, path: Path, block_s: float | None) -> tuple[list, object]:
+def run_file(
+    rec: SherpaRecognizer, path: Path, block_s: float | None, endpoint: bool = True
+) -> tuple[list, object]:
     source = FileSource(str(path))
-    session = StreamSession(rec, source.sample_rate, str(path), StreamOptions(block_s=block_s))
+    options = StreamOptions(block_s=block_s, endpoint=EndpointOptions(enabled=endpoint))
+    session = StreamSession(rec, source.sample_rate, str(path), options)
     size = block_s if block_s is not None else rec.chunk_s
     events = list(session.run(source.blocks(size)))
     return events, session.summary()
@@ -74,8 +77,8 @@ def test_same_input_gives_identical_events_across_runs(
 
 @pytest.mark.parametrize("endpoint", [True, False])
 def test_event_stream_invariants(random_transducer: Path, speech_16k: Path, endpoint: bool) -> None:
-    rec = recognizer(random_transducer, endpoint=endpoint)
-    events, summary = run_file(rec, speech_16k, 0.05)
+    rec = recognizer(random_transducer)
+    events, summary = run_file(rec, speech_16k, 0.05, endpoint=endpoint)
     seqs = [e.seq for e in events]
     assert seqs == sorted(set(seqs)) and seqs[0] == 1
     audio = [e.audio_s for e in events]
@@ -118,10 +121,10 @@ def test_segment_opened_inside_the_tail_padding_never_gets_a_negative_latency(
     # rule3 cuts a segment every 0.3 s, and 3 s of tail padding let the random model open
     # segments after the last real sample: their start lies after the audio fed
     files = resolve_model(str(random_transducer), 16)
-    engine = EngineOptions(endpoint=EndpointOptions(rule1_s=0.2, rule2_s=0.2, rule3_s=0.3))
-    rec = SherpaRecognizer(files, engine)
+    rules = EndpointOptions(rule1_s=0.2, rule2_s=0.2, rule3_s=0.3)
+    rec = SherpaRecognizer(files, EngineOptions())
     audio, rate = sf.read(str(speech_16k), dtype="float32")
-    session = StreamSession(rec, rate, "x", StreamOptions(tail_padding_s=3.0))
+    session = StreamSession(rec, rate, "x", StreamOptions(tail_padding_s=3.0, endpoint=rules))
     firsts = [e for e in session.run([audio]) if isinstance(e, FirstToken)]
     sources = {e.onset_source for e in firsts}
     assert "text_before_onset" in sources, sources
@@ -197,9 +200,10 @@ def test_empty_audio_gives_no_events(random_transducer: Path) -> None:
 
 
 def test_finish_after_interruption_flushes_once(random_transducer: Path, speech_16k: Path) -> None:
-    rec = recognizer(random_transducer, endpoint=False)
+    rec = recognizer(random_transducer)
     audio, rate = sf.read(str(speech_16k), dtype="float32")
-    session = StreamSession(rec, rate, "cut")
+    no_endpoints = StreamOptions(endpoint=EndpointOptions(enabled=False))
+    session = StreamSession(rec, rate, "cut", no_endpoints)
     session.feed(audio[: rate * 2])
     flushed = session.finish()
     assert [type(e) for e in flushed][-1] is Final

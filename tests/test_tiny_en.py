@@ -20,7 +20,7 @@ from streamasr.backends.sherpa import SherpaRecognizer
 from streamasr.cli import app
 from streamasr.events import Final, FirstToken
 from streamasr.modeldir import resolve_model
-from streamasr.stream import StreamSession
+from streamasr.stream import StreamOptions, StreamSession
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "models" / "tiny-en" / "test_wavs"
@@ -69,14 +69,15 @@ def test_held_out_wer_is_within_the_measured_bound(held_out: Path, tmp_path: Pat
 
 
 def test_first_token_comes_after_speech_onset_and_before_its_end(held_out: Path) -> None:
-    recognizer = SherpaRecognizer(
-        resolve_model("tiny-en"), EngineOptions(endpoint=EndpointOptions(enabled=False))
-    )
+    recognizer = SherpaRecognizer(resolve_model("tiny-en"), EngineOptions())
+    no_endpoints = StreamOptions(endpoint=EndpointOptions(enabled=False))
     rows = [json.loads(line) for line in held_out.read_text().splitlines()]
     checked = 0
     for row in rows:
         source = FileSource(str(held_out.parent / row["audio_filepath"]))
-        session = StreamSession(recognizer, source.sample_rate, row["audio_filepath"])
+        session = StreamSession(
+            recognizer, source.sample_rate, row["audio_filepath"], no_endpoints
+        )
         events = list(session.run(source.blocks(0.01)))
         first = next(e for e in events if isinstance(e, FirstToken))
         assert row["speech_onset_s"] < first.audio_s < row["speech_end_s"], (row, first)

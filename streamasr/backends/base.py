@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -20,6 +20,9 @@ class Hypothesis:
     segment_start_s: float = 0.0
     # the model emitted its end-of-utterance token (models trained with one, e.g. parakeet EOU)
     end_of_utterance: bool = False
+    # audio decoded in this segment so far, for engines whose steps differ in length (NeMo's
+    # first chunk is shorter); None: every step decoded one chunk
+    segment_decoded_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,6 @@ class SherpaOptions:
 
     chunk: int | None = None  # 50 Hz frames; None = 16 if exported, else the smallest
     prefer_int8: bool = True
-    max_active_paths: int = 4
 
 
 @dataclass(frozen=True)
@@ -147,3 +149,18 @@ class Recognizer(Protocol):
         """One encoder step over every given stream that has a chunk ready, batched where the
         engine can; returns which streams stepped. Same results as stepping each alone."""
         ...
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    """One engine for the registry: how to tell its models apart, and how to load one.
+
+    `recognises` looks at the model name or path only (no engine import), so asking every
+    backend costs nothing; `load` imports the engine.
+    """
+
+    name: str
+    summary: str
+    recognises: Callable[[str | None], bool]
+    load: Callable[[str | None, EngineOptions], Recognizer]
+    aliases: tuple[str, ...] = ()

@@ -6,12 +6,18 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from streamasr.backends.base import EngineOptions, Hypothesis
+from streamasr.backends.base import (
+    BackendEntry,
+    BackendInfo,
+    EngineOptions,
+    Hypothesis,
+    RecognizerStream,
+)
 from streamasr.errors import ModelError, UsageError
 from streamasr.modeldir import ModelFiles
 from streamasr.tokens import AssembledText, Vocabulary, assemble, read_vocabulary, tidy_spacing
@@ -20,6 +26,8 @@ log = logging.getLogger("streamasr")
 
 DECODING_METHODS = ("greedy_search", "modified_beam_search")
 ENGINE_SAMPLE_RATE = 16000
+OUTPUT_FRAME_S = 0.04  # streaming Zipformer output rate: 25 Hz
+NAME = "sherpa-onnx"
 
 
 def check_engine_options(options: EngineOptions, kind: str) -> None:
@@ -94,16 +102,13 @@ class SherpaRecognizer:
     def _load(files: ModelFiles, options: EngineOptions, hotword_setup: dict) -> object:
         import sherpa_onnx
 
-        endpoint = options.endpoint
         common = dict(
             tokens=str(files.tokens),
             num_threads=options.threads,
             sample_rate=ENGINE_SAMPLE_RATE,
             feature_dim=80,
-            enable_endpoint_detection=endpoint.enabled,
-            rule1_min_trailing_silence=endpoint.rule1_s,
-            rule2_min_trailing_silence=endpoint.rule2_s,
-            rule3_min_utterance_length=endpoint.rule3_s,
+            # endpointing is the core's (streamasr/endpointing.py), the same for every engine
+            enable_endpoint_detection=False,
             decoding_method=options.decoding_method,
         )
         try:
@@ -144,16 +149,41 @@ class SherpaRecognizer:
         """Seconds of audio per encoder step."""
         return self.files.chunk_s
 
+    @property
+    def info(self) -> BackendInfo:
+        """What the core, bench and renderers need to know about this export."""
+        return BackendInfo(
+            backend=NAME,
+            model_name=self.files.name,
+            device="cpu",
+            sample_rate_hz=ENGINE_SAMPLE_RATE,
+            resamples_input=True,
+            output_frame_s=OUTPUT_FRAME_S,
+            chunk_s=self.files.chunk_s,
+            lookahead_s=self.files.metadata.lookahead_frames * 0.01,
+            token_type=self.vocabulary.token_type,
+            model_files=self.files.onnx_files(),
+            settings={
+                "chunk": self.files.chunk,
+                "kind": self.files.kind,
+                "decoding_method": self.options.decoding_method,
+                "threads": self.options.threads,
+            },
+        )
+
     def create_stream(self) -> SherpaStream:
         """Open a new stream on this model."""
         return SherpaStream(self.engine, self.vocabulary)
 
-    def decode_many(self, streams: list[SherpaStream]) -> int:
-        """One batched encoder step over every stream that has a chunk ready."""
-        ready = [s for s in streams if self.engine.is_ready(s.stream)]
-        if ready:
-            self.engine.decode_streams([s.stream for s in ready])
-        return len(ready)
+    def decode_batch(self, streams: Sequence[RecognizerStream]) -> list[bool]:
+        """One batched encoder step (`decode_streams`) over every stream with a chunk ready."""
+        ours = [s for s in streams if isinstance(s, SherpaStream)]
+        if len(ours) != len(streams):
+            raise TypeError("decode_batch takes streams this recognizer created")
+        ready = [self.engine.is_ready(s.stream) for s in ours]
+        if any(ready):
+            self.engine.decode_streams([s.stream for s, r in zip(ours, ready, strict=True) if r])
+        return ready
 
 
 class SherpaStream:
@@ -237,10 +267,6 @@ class SherpaStream:
             count,
         )
 
-    def is_endpoint(self) -> bool:
-        """True when an endpoint rule fired for the open segment."""
-        return bool(self.engine.is_endpoint(self.stream))
-
     def reset(self) -> None:
         """Begin a new segment after an endpoint."""
         if self._from_pieces:
@@ -256,3 +282,39 @@ class SherpaStream:
         """No more audio will come; lets the engine process what it holds."""
         self._finished = True
         self.stream.input_finished()
+
+
+def _load(model: str | None, options: EngineOptions) -> SherpaRecognizer:
+    """The registry's loader: find the export for the chunk, then load it."""
+    from streamasr.modeldir import resolve_model
+
+    files = resolve_model(model, options.sherpa.chunk, prefer_int8=options.sherpa.prefer_int8)
+    return SherpaRecognizer(files, options)
+
+
+def _recognises(model: str | None) -> bool:
+    """A folder with tokens.txt and .onnx files, a bundled name or a sherpa-onnx catalog name.
+
+    sherpa-onnx is also the default backend, so this only has to be right when asked first.
+    """
+    from streamasr import catalog
+    from streamasr.modeldir import bundled_models_dir
+
+    if model is None:
+        return True
+    entry = catalog.find(model)
+    if entry is not None:
+        return entry.engine == NAME
+    path = Path(model)
+    if not path.is_dir():
+        path = bundled_models_dir() / model
+    return (path / "tokens.txt").is_file()
+
+
+BACKEND = BackendEntry(
+    name=NAME,
+    summary="sherpa-onnx streaming Zipformer transducer / CTC exports, CPU",
+    recognises=_recognises,
+    load=_load,
+    aliases=("sherpa",),
+)

@@ -23,6 +23,7 @@ import numpy as np
 
 from streamasr.audio import FileSource, paced
 from streamasr.backends.base import Recognizer
+from streamasr.batch import step_all
 from streamasr.bench.datasets import Utterance
 from streamasr.bench.metrics import ErrorCounts, Stability, Timing, score, stability, timing
 from streamasr.bench.span import SpanDetector
@@ -227,77 +228,11 @@ def run_sequential(
     return records
 
 
-class ExternallyDecodedStream:
-    """A sherpa stream whose encoder steps are run by a batch driver, not by the session.
-
-    `decode_step()` reports a step the driver already ran (one per call), so the session's
-    own loop (hypothesis, partial, endpoint check, reset after every step) is unchanged. In
-    `direct` mode it decodes itself, as an ordinary stream does.
-    """
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.steps_done = 0
-        self.direct = False
-        self.tail_accepted = False
-
-    def accept(self, sample_rate: int, samples: np.ndarray) -> None:
-        if len(samples) == 0 or self.tail_accepted:
-            return  # empty feeds only deliver steps; the tail padding was given already
-        self.inner.accept(sample_rate, samples)
-
-    def accept_tail(self, sample_rate: int, samples: np.ndarray) -> None:
-        """The driver gives the end-of-input padding itself, so its steps can be batched."""
-        self.inner.accept(sample_rate, samples)
-        self.inner.input_finished()
-        self.tail_accepted = True
-
-    def ready(self) -> bool:
-        return bool(self.inner.engine.is_ready(self.inner.stream))
-
-    def decode_step(self) -> bool:
-        if self.direct:
-            return self.inner.decode_step()
-        if self.steps_done:
-            self.steps_done -= 1
-            return True
-        return False
-
-    def __getattr__(self, name: str) -> Any:
-        # Everything else (text, hypothesis, is_endpoint, reset, ...) is the inner stream's.
-        return getattr(self.inner, name)
-
-    def input_finished(self) -> None:
-        if not self.tail_accepted:
-            self.inner.input_finished()
-
-
-class _BatchRecognizer:
-    """Hands StreamSession an externally decoded stream instead of an ordinary one."""
-
-    def __init__(self, recognizer: Any) -> None:
-        self.recognizer = recognizer
-        self.last: ExternallyDecodedStream | None = None
-
-    @property
-    def description(self) -> str:
-        return self.recognizer.description
-
-    @property
-    def chunk_s(self) -> float:
-        return self.recognizer.chunk_s
-
-    def create_stream(self) -> ExternallyDecodedStream:
-        self.last = ExternallyDecodedStream(self.recognizer.create_stream())
-        return self.last
-
-
 @dataclass
 class _Slot:
     utt: Utterance
     source: FileSource
     session: StreamSession
-    stream: ExternallyDecodedStream
     blocks: Iterator[np.ndarray]
     span: SpanDetector
     events: list[Event] = field(default_factory=list)
@@ -306,17 +241,17 @@ class _Slot:
 
 
 def run_batched(
-    recognizer: Any,
+    recognizer: Recognizer,
     utterances: Sequence[Utterance],
     options: RunOptions,
     streams: int,
     on_done: Callable[[UtteranceRecord], None] = lambda record: None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[UtteranceRecord]:
-    """Decode up to `streams` utterances at once with batched encoder steps.
+    """Decode up to `streams` utterances at once with the recognizer's batched step.
 
-    Needs a recognizer with `decode_many` (sherpa-onnx). Records come back in dataset order.
-    Per-utterance compute time is not separable in a batch, so records carry compute 0; the
-    caller measures the pass's wall time for throughput.
+    Every stream keeps its own session; only encoder steps are shared (streamasr/batch.py).
+    Records come back in dataset order; each carries its share of the batched steps' time.
     """
     if streams < 1:
         raise UsageError(f"--streams must be at least 1, got {streams}")
@@ -324,24 +259,24 @@ def run_batched(
         raise UsageError(
             "--realtime paces one live stream; run it without --streams (or with --streams 1)"
         )
-    if not hasattr(recognizer, "decode_many"):
-        raise UsageError("--streams needs the sherpa-onnx engine (batched decode_streams)")
-    proxy = _BatchRecognizer(recognizer)
     pending = list(enumerate(utterances))[::-1]
     results: dict[int, UtteranceRecord] = {}
     active: dict[int, _Slot] = {}
     while pending or active:
         while pending and len(active) < streams:
             index, utt = pending.pop()
-            slot = _open_slot(proxy, utt, options)
+            slot = _open_slot(recognizer, utt, options)
             if isinstance(slot, UtteranceRecord):
                 results[index] = slot
                 on_done(slot)
             else:
                 active[index] = slot
         for slot in active.values():
-            _feed_next(slot, options)
-        _decode_all(recognizer, list(active.values()))
+            _feed_next(slot)
+        slots = [s for s in active.values() if not s.error]
+        for slot, events in zip(slots, step_all(recognizer, [s.session for s in slots], clock),
+                                strict=True):
+            slot.events.extend(events)
         for index in [i for i, s in active.items() if s.done]:
             slot = active.pop(index)
             record = _close_slot(slot, options)
@@ -351,57 +286,39 @@ def run_batched(
 
 
 def _open_slot(
-    proxy: _BatchRecognizer, utt: Utterance, options: RunOptions
+    recognizer: Recognizer, utt: Utterance, options: RunOptions
 ) -> _Slot | UtteranceRecord:
     try:
         source = FileSource(str(utt.audio))
     except InputError as exc:
         return failed_record(utt, str(exc), options.metric)
-    session = StreamSession(proxy, source.sample_rate, utt.id, options.stream)
-    stream = proxy.last
-    if stream is None:  # pragma: no cover - StreamSession always opens a stream
-        raise RuntimeError("session opened no stream")
+    session = StreamSession(recognizer, source.sample_rate, utt.id, options.stream)
     blocks = source.blocks(session.block_s)
     span = SpanDetector(source.sample_rate, options.stream.onset)
-    return _Slot(utt, source, session, stream, blocks, span)
+    return _Slot(utt, source, session, blocks, span)
 
 
-def _feed_next(slot: _Slot, options: RunOptions) -> None:
-    """Give one slot its next block, or its end-of-input padding when the file is over."""
+def _feed_next(slot: _Slot) -> None:
+    """Give one slot its next block, or end its input (tail padding) when the file is over."""
     try:
         block = next(slot.blocks, None)
     except InputError as exc:
         slot.done, slot.error = True, str(exc)
-        slot.stream.direct = True
         return
     if block is not None:
         slot.span.feed(block)
-        slot.events.extend(slot.session.feed(block))
+        slot.session.accept(block)
         return
     slot.done = True
-    if slot.session.audio_s > 0:
-        pad = int(options.stream.tail_padding_s * slot.session.sample_rate)
-        slot.stream.accept_tail(slot.session.sample_rate, np.zeros(pad, dtype=np.float32))
-    else:
-        slot.stream.direct = True  # nothing was heard: let the session decide on its own
-
-
-def _decode_all(recognizer: Any, slots: list[_Slot]) -> None:
-    """Batched encoder steps until no stream has a chunk ready; sessions see each step."""
-    while True:
-        ready = [s for s in slots if not s.stream.direct and s.stream.ready()]
-        if not ready:
-            return
-        recognizer.decode_many([s.stream.inner for s in ready])
-        for slot in ready:
-            slot.stream.steps_done += 1
-            slot.events.extend(slot.session.feed(np.zeros(0, dtype=np.float32)))
+    slot.session.end_input()
 
 
 def _close_slot(slot: _Slot, options: RunOptions) -> UtteranceRecord:
     slot.source.close()
     if slot.error:
         return failed_record(slot.utt, slot.error, options.metric)
-    slot.events.extend(slot.session.finish())
+    slot.events.extend(slot.session.close())
     summary = slot.session.summary()
-    return build_record(slot.utt, slot.events, summary.audio_s, 0.0, slot.span, options.metric)
+    return build_record(
+        slot.utt, slot.events, summary.audio_s, summary.compute_s, slot.span, options.metric
+    )

@@ -266,6 +266,7 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
             tail_padding_s=request.tail_padding_s,
             paced=request.realtime,
             onset=onset_options(request.onset_dbfs),
+            endpoint=engine.endpoint,
         ),
         metric=metric,
         realtime=request.realtime,

@@ -205,5 +205,6 @@ def _prepare(
         block_s=block_ms / 1000 if block_ms else None,
         tail_padding_s=tail_padding,
         paced=realtime,
+        endpoint=engine.endpoint,
     )
     return recognizer, options, make_renderer(fmt_name, realtime)
