@@ -604,15 +604,14 @@ class NemoStream:
     def hypothesis(self) -> Hypothesis:
         """Text, BPE pieces and absolute token times (start of their 80 ms frame)."""
         frame_s = self.rec.frame_s
-        extra = {}
-        if "end_of_utterance" in Hypothesis.__dataclass_fields__:  # the seam's core reads it
-            extra["end_of_utterance"] = self._eou
         return Hypothesis(
             text=self.text(),
             tokens=tuple(self.rec.pieces[i] for i in self._ids),
             token_times_s=tuple(round(f * frame_s, 3) for f in self._frames),
             segment_start_s=round(self._segment_start_frame * frame_s, 3),
-            **extra,
+            end_of_utterance=self._eou,
+            # the first chunk is shorter than the rest: the endpointer needs what was decoded
+            segment_decoded_s=round((self._emitted - self._segment_start_frame) * frame_s, 6),
         )
 
     def is_endpoint(self) -> bool:
