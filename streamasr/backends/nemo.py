@@ -631,6 +631,11 @@ def resolve_model(model: str | None) -> Path:
     if not model:
         raise UsageError("the NeMo backend needs --model: a .nemo file or a folder with one")
     path = Path(model)
+    if not path.exists():
+        from streamasr import catalog, store
+
+        if catalog.find(model) is not None or store.find_cached(model) is not None:
+            path = store.require_cached(model)  # a pulled .nemo lives in its own folder
     if path.is_dir():
         found = sorted(path.glob("*.nemo"))
         if len(found) != 1:
@@ -661,6 +666,10 @@ def _recognises(model: str | None) -> bool:
     if not model:
         return False
     path = Path(model)
+    if not path.exists():
+        from streamasr import store
+
+        path = store.find_cached(model) or path  # a .nemo pulled under a name of its own
     return path.suffix == ".nemo" or (path.is_dir() and any(path.glob("*.nemo")))
 
 
