@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 from typing import Annotated
@@ -12,38 +11,21 @@ import typer
 from streamasr.audio import STDIN_NAME, RawFormat, check_raw_format, open_source, paced
 from streamasr.backends.base import Recognizer
 from streamasr.commands.common import (
-    DEFAULT_THREADS,
     EXIT_INTERRUPTED,
-    BlockOpt,
     ChannelsOpt,
-    ChunkOpt,
-    DecodingOpt,
-    EndpointOpt,
     FormatOpt,
-    Fp32Opt,
-    HotwordsOpt,
-    HotwordsScoreOpt,
-    ModelOpt,
-    OnsetOpt,
     RateOpt,
     RawOpt,
-    Rule1Opt,
-    Rule2Opt,
-    Rule3Opt,
-    TailOpt,
-    ThreadsOpt,
     VerboseOpt,
     check_path_name,
-    check_stream_numbers,
     choose_format,
     cli_errors,
-    engine_options,
     err_console,
     make_renderer,
-    onset_options,
     report_error,
     setup_logging,
 )
+from streamasr.commands.options import ModelOptions, build, with_model_options
 from streamasr.errors import InputError, UsageError
 from streamasr.render import LiveRenderer, ProgressDisplay, Renderer, TextRenderer
 from streamasr.stream import StreamOptions, StreamSession
@@ -94,23 +76,12 @@ def register(app: typer.Typer) -> None:
     """Add the `file` command."""
 
     @app.command("file")
+    @with_model_options()
     def file_command(
         paths: Annotated[
             list[str], typer.Argument(help="Audio files (wav, flac, ogg, ...); '-' reads stdin.")
         ],
-        model: ModelOpt = None,
-        chunk: ChunkOpt = None,
-        fp32: Fp32Opt = False,
-        threads: ThreadsOpt = DEFAULT_THREADS,
-        decoding_method: DecodingOpt = "greedy_search",
-        hotwords: HotwordsOpt = None,
-        hotwords_score: HotwordsScoreOpt = 1.5,
-        endpoint: EndpointOpt = True,
-        rule1: Rule1Opt = 2.4,
-        rule2: Rule2Opt = 1.2,
-        rule3: Rule3Opt = 20.0,
-        block_ms: BlockOpt = None,
-        tail_padding: TailOpt = 0.66,
+        model_options: ModelOptions,
         realtime: Annotated[
             bool,
             typer.Option(help="Feed at the audio's own speed, so wall-clock timings are real."),
@@ -118,7 +89,6 @@ def register(app: typer.Typer) -> None:
         raw: RawOpt = None,
         rate: RateOpt = None,
         channels: ChannelsOpt = None,
-        onset_dbfs: OnsetOpt = None,
         fmt: FormatOpt = None,
         verbose: VerboseOpt = False,
     ) -> None:
@@ -126,12 +96,9 @@ def register(app: typer.Typer) -> None:
         setup_logging(verbose)
         with cli_errors():
             raw_format = raw_input_format(raw, rate, channels)
-            onset = onset_options(onset_dbfs)
-            recognizer, options, renderer = _prepare(
-                model, chunk, fp32, threads, decoding_method, hotwords, hotwords_score,
-                endpoint, rule1, rule2, rule3, block_ms, tail_padding, realtime, fmt,
-            )
-            options = dataclasses.replace(options, onset=onset)
+            fmt_name = choose_format(fmt)
+            recognizer, options = build(model_options, paced=realtime)
+            renderer = make_renderer(fmt_name, realtime)
         if isinstance(renderer, TextRenderer) and len(paths) > 1:
             renderer.headers = True
         progress = progress_display(renderer)
@@ -171,40 +138,3 @@ def progress_display(renderer: Renderer) -> ProgressDisplay | None:
         return None
     return ProgressDisplay(err_console)
 
-
-def _prepare(
-    model: str | None,
-    chunk: int | None,
-    fp32: bool,
-    threads: int,
-    decoding_method: str,
-    hotwords: str | None,
-    hotwords_score: float,
-    endpoint: bool,
-    rule1: float,
-    rule2: float,
-    rule3: float,
-    block_ms: float | None,
-    tail_padding: float,
-    realtime: bool,
-    fmt: str | None,
-) -> tuple[Recognizer, StreamOptions, Renderer]:
-    """Validate every option before any audio is touched, then load the model."""
-    from streamasr.backends.sherpa import SherpaRecognizer
-    from streamasr.modeldir import resolve_model
-
-    check_stream_numbers(block_ms, tail_padding, chunk)
-    fmt_name = choose_format(fmt)
-    engine = engine_options(
-        threads, decoding_method, hotwords, hotwords_score, endpoint, rule1, rule2, rule3
-    )
-    files = resolve_model(model, chunk, prefer_int8=not fp32)
-    recognizer = SherpaRecognizer(files, engine)
-    log.info("model: %s", recognizer.description)
-    options = StreamOptions(
-        block_s=block_ms / 1000 if block_ms else None,
-        tail_padding_s=tail_padding,
-        paced=realtime,
-        endpoint=engine.endpoint,
-    )
-    return recognizer, options, make_renderer(fmt_name, realtime)

@@ -13,32 +13,18 @@ import typer
 
 from streamasr.backends.base import Recognizer
 from streamasr.commands.common import (
-    DEFAULT_THREADS,
     EXIT_INTERRUPTED,
-    BlockOpt,
-    ChunkOpt,
-    DecodingOpt,
-    EndpointOpt,
     FormatOpt,
-    Fp32Opt,
-    HotwordsOpt,
-    HotwordsScoreOpt,
-    ModelOpt,
-    OnsetOpt,
-    Rule1Opt,
-    Rule2Opt,
-    Rule3Opt,
-    TailOpt,
-    ThreadsOpt,
     VerboseOpt,
     check_number,
+    choose_format,
     cli_errors,
     err_console,
-    onset_options,
+    make_renderer,
     report_error,
     setup_logging,
 )
-from streamasr.commands.file import _prepare
+from streamasr.commands.options import ModelOptions, build, with_model_options
 from streamasr.errors import DeviceError, OutputError, StreamAsrError, UsageError
 from streamasr.events import Event, FirstToken, StreamSummary
 from streamasr.level import LevelMeter, LevelReading, LevelTotals
@@ -391,26 +377,15 @@ def register(app: typer.Typer) -> None:
         typer.echo(format_devices(devices))
 
     @app.command("mic")
+    @with_model_options(rename={"device": "--compute-device"})
     def mic_command(
+        *,
         device: DeviceOpt = None,
         channel: ChannelOpt = None,
         duration: DurationOpt = None,
         save: SaveOpt = None,
         log_path: LogOpt = None,
-        model: ModelOpt = None,
-        chunk: ChunkOpt = None,
-        fp32: Fp32Opt = False,
-        threads: ThreadsOpt = DEFAULT_THREADS,
-        decoding_method: DecodingOpt = "greedy_search",
-        hotwords: HotwordsOpt = None,
-        hotwords_score: HotwordsScoreOpt = 1.5,
-        endpoint: EndpointOpt = True,
-        rule1: Rule1Opt = 2.4,
-        rule2: Rule2Opt = 1.2,
-        rule3: Rule3Opt = 20.0,
-        block_ms: BlockOpt = None,
-        tail_padding: TailOpt = 0.66,
-        onset_dbfs: OnsetOpt = DEFAULT_ONSET_DBFS,
+        model_options: ModelOptions,
         max_backlog: BacklogOpt = DEFAULT_MAX_BACKLOG_S,
         fmt: FormatOpt = None,
         verbose: VerboseOpt = False,
@@ -431,24 +406,9 @@ def register(app: typer.Typer) -> None:
                 check_number("--duration", duration, 0, 7 * 86400, "s", low_open=True)
                 check_number("--max-backlog", max_backlog, 0, 3600, "s", low_open=True)
                 check_number("--channel", channel, 1, 1024, "(1-based)")
-                recognizer, options, renderer = _prepare(
-                    model,
-                    chunk,
-                    fp32,
-                    threads,
-                    decoding_method,
-                    hotwords,
-                    hotwords_score,
-                    endpoint,
-                    rule1,
-                    rule2,
-                    rule3,
-                    block_ms,
-                    tail_padding,
-                    True,
-                    fmt,
-                )
-                options = dataclasses.replace(options, onset=onset_options(onset_dbfs))
+                fmt_name = choose_format(fmt)
+                recognizer, options = build(model_options, paced=True)
+                renderer = make_renderer(fmt_name, True)
                 chosen = select_device(list_input_devices(), device)
                 block_s = options.block_s or recognizer.chunk_s
                 source = MicSource(chosen, block_s, channel, max_backlog)
