@@ -23,7 +23,8 @@ from test_mic import HEADSET, factory
 
 from streamasr.backends.base import EngineOptions
 from streamasr.backends.sherpa import SherpaRecognizer
-from streamasr.commands.mic import SessionOutput, run_capture
+from streamasr.commands.mic import terminal_output
+from streamasr.live import run_capture
 from streamasr.events import Partial, StreamSummary
 from streamasr.level import FULL_SCALE, LevelMeter, LevelOptions, dbfs, peak_dbfs
 from streamasr.mic import MicSource
@@ -180,7 +181,7 @@ def recognizer() -> SherpaRecognizer:
 
 def capture(recognizer: SherpaRecognizer, audio: np.ndarray, seconds: float) -> None:
     source = MicSource(HEADSET, recognizer.chunk_s, stream_factory=factory(audio))
-    output = SessionOutput(JsonlRenderer(io.StringIO()), None)
+    output = terminal_output(JsonlRenderer(io.StringIO()), None)
     options = StreamOptions(paced=True)  # as `streamasr mic` sets it: audio arrives live
     run_capture(source, recognizer, options, output, None, seconds)
 

@@ -24,12 +24,8 @@ import soundfile as sf
 
 from streamasr.audio import FileSource
 from streamasr.backends.sherpa import SherpaRecognizer
-from streamasr.commands.mic import (
-    SessionOutput,
-    first_token_p50_ms,
-    format_devices,
-    run_capture,
-)
+from streamasr.commands.mic import format_devices, terminal_output
+from streamasr.live import first_token_p50_ms, run_capture
 from streamasr.errors import DependencyError, DeviceError, OutputError, UsageError
 from streamasr.events import FirstToken
 from streamasr.mic import (
@@ -350,7 +346,7 @@ def live(recognizer, audio, tmp_path, **stream_extra):
     source = MicSource(HEADSET, recognizer.chunk_s, stream_factory=make)
     shown = io.StringIO()
     log = open(tmp_path / "log.jsonl", "w")  # noqa: SIM115 - SessionOutput closes it
-    output = SessionOutput(JsonlRenderer(shown), log)
+    output = terminal_output(JsonlRenderer(shown), log)
     writer = AudioWriter(str(tmp_path / "saved.wav"), source.sample_rate)
     return source, output, writer, shown
 
@@ -590,6 +586,7 @@ class SlowRecognizer:
         self.inner = inner
         self.description = inner.description
         self.chunk_s = inner.chunk_s
+        self.info = inner.info
 
     def create_stream(self) -> SlowStream:
         return SlowStream(self.inner.create_stream())
