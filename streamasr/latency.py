@@ -9,8 +9,9 @@ arithmetic instead of asking to be trusted. Three families are covered:
 - WeNet U2-style chunks counted in encoder steps (`--chunk N --subsampling 4`).
 
 All derived latencies are algorithmic: they assume the network takes no time.
-`measure_engine` feeds audio to a real sherpa-onnx recognizer to find when encoder steps
-actually run and how long each takes on this machine.
+`measure_engine` feeds audio to any loaded recognizer through the step protocol to find when
+encoder steps actually run and how long each takes on this machine; `budget_from_info` is
+the derived side for a backend that has no arithmetic of its own here.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from streamasr import catalog
+from streamasr.backends.base import BackendInfo, Recognizer
 from streamasr.errors import ModelError, ModelMismatchError, UsageError
 from streamasr.mask import UNLIMITED, validate_att_context_size
 from streamasr.onnx_meta import EncoderMetadata
@@ -219,7 +221,7 @@ def format_value(value: float, unit: str) -> str:
 
 _ZERO_COMPUTE_NOTE = (
     "Algorithmic latencies: they assume the network takes no time. Compute comes on top "
-    "(--measure adds it for a sherpa-onnx model)."
+    "(--measure adds it for a model it loads)."
 )
 
 
@@ -529,14 +531,6 @@ def chunk_budget(
 # --- measuring a real sherpa-onnx engine ---------------------------------------------------
 
 
-class OnlineRecognizerLike(Protocol):
-    """The part of `sherpa_onnx.OnlineRecognizer` that measuring needs."""
-
-    def create_stream(self) -> Any: ...
-    def is_ready(self, stream: Any) -> bool: ...
-    def decode_stream(self, stream: Any) -> None: ...
-
-
 @dataclass(frozen=True)
 class EngineTiming:
     """When each encoder step became possible (audio time) and what it cost (wall time)."""
@@ -570,40 +564,47 @@ class EngineTiming:
 
 
 def measure_engine(
-    recognizer: OnlineRecognizerLike,
+    recognizer: Recognizer,
     *,
     steps: int = 12,
-    sample_rate: int = 16000,
-    feed_samples: int = 8,
+    feed_ms: float = 0.5,
     max_audio_s: float = 60.0,
     seed: int = 0,
 ) -> EngineTiming:
-    """Feed low noise in `feed_samples` blocks; note the audio time whenever a step is ready.
+    """Feed low noise `feed_ms` at a time; note the audio fed whenever a step runs.
 
-    Each time `is_ready` holds, one encoder step can run: the audio fed so far is when it
-    became possible, and the `decode_stream` call that runs it is timed for the compute figure.
+    Any backend goes through the protocol: after each block, `decode_step()` is called until
+    it returns False; a call that returns True ran one encoder step, so the audio fed so far
+    is when that step became possible, and the call's wall time is its compute (a step
+    returns only when its work is done). Audio goes in at the backend's own rate, so no
+    resampler shifts when steps run.
     """
     if steps < 1:
         raise UsageError(f"measure at least one encoder step, not {steps}")
+    sample_rate = recognizer.info.sample_rate_hz
+    feed_samples = max(1, round(sample_rate * feed_ms / 1000))
     rng = np.random.default_rng(seed)
     stream = recognizer.create_stream()
     fed = 0
     limit = int(max_audio_s * sample_rate)
     step_audio: list[float] = []
     decode: list[float] = []
-    block_count = 4096  # draw noise in bulk, hand it over 8 samples at a time
+    block_count = 4096  # draw noise in bulk, hand it over a block at a time
     noise = np.empty(0, dtype=np.float32)
     while len(step_audio) < steps and fed < limit:
         if noise.size < feed_samples:
             noise = (rng.standard_normal(block_count * feed_samples) * 1e-3).astype(np.float32)
         block, noise = noise[:feed_samples], noise[feed_samples:]
-        stream.accept_waveform(sample_rate, block)
+        stream.accept(sample_rate, block)
         fed += feed_samples
-        while recognizer.is_ready(stream) and len(step_audio) < steps:
-            step_audio.append(fed * 1000.0 / sample_rate)
+        while len(step_audio) < steps:
             start = time.perf_counter()
-            recognizer.decode_stream(stream)
-            decode.append((time.perf_counter() - start) * 1000.0)
+            stepped = stream.decode_step()
+            elapsed_ms = (time.perf_counter() - start) * 1000.0
+            if not stepped:
+                break
+            step_audio.append(fed * 1000.0 / sample_rate)
+            decode.append(elapsed_ms)
     if not step_audio:
         raise ModelError(
             f"the engine ran no encoder step in {max_audio_s:g} s of audio; "
@@ -616,10 +617,67 @@ def measure_engine(
     )
 
 
+def budget_from_info(info: BackendInfo) -> LatencyBudget:
+    """What a loaded model's declared chunk and look-ahead imply, for any backend.
+
+    The backend states its chunk, its worst-case look-ahead and its output frame; the first
+    step is derived as a whole chunk plus the look-ahead past it. Engines whose look-ahead
+    lies inside the chunk (NeMo chunked_limited) or whose first chunk is shorter step
+    earlier: `--measure` shows by how much.
+    """
+    chunk_ms = info.chunk_s * 1000.0
+    look_ms = info.lookahead_s * 1000.0
+    frame_ms = info.output_frame_s * 1000.0
+    first_ms = chunk_ms + look_ms
+    average_ms = first_ms - chunk_ms / 2
+    lines = (
+        BudgetLine(
+            "chunk_ms", "chunk (audio per encoder step)", chunk_ms, "ms",
+            f"declared by the {info.backend} backend",
+        ),
+        BudgetLine(
+            "lookahead_ms", "worst-case look-ahead", look_ms, "ms",
+            f"declared by the {info.backend} backend",
+        ),
+        BudgetLine(
+            "output_frame_ms", "output frame", frame_ms, "ms",
+            "token times and final ends are counted in these",
+        ),
+        BudgetLine(
+            "first_step_ms", "audio needed before the first encoder step", first_ms, "ms",
+            f"chunk + look-ahead = {_num(chunk_ms)} + {_num(look_ms)}",
+            "if the look-ahead lies past a full first chunk",
+        ),
+        BudgetLine(
+            "step_interval_ms", "then one encoder step every", chunk_ms, "ms", "chunk",
+        ),
+        BudgetLine(
+            "average_ms", "average algorithmic latency", average_ms, "ms",
+            f"first step - chunk / 2 = {_num(first_ms)} - {_num(chunk_ms / 2)}",
+            "speech starting anywhere in the first chunk",
+        ),
+    )
+    settings: dict[str, Any] = {
+        "backend": info.backend,
+        "model": info.model_name,
+        "device": info.device,
+        "chunk_ms": chunk_ms,
+        "lookahead_ms": look_ms,
+        "output_frame_ms": frame_ms,
+        **{str(k): v for k, v in info.settings.items()},
+    }
+    title = f"{info.model_name} ({info.backend}): chunk {_num(chunk_ms)} ms"
+    return LatencyBudget(title, info.backend, settings, lines, (_ZERO_COMPUTE_NOTE,))
+
+
 def with_measurement(budget: LatencyBudget, timing: EngineTiming, threads: int) -> LatencyBudget:
     """Append the measured lines, flag disagreements, and end with the expected latency."""
-    if budget.family != "zipformer":
-        raise UsageError("--measure runs a sherpa-onnx Zipformer; pass --model DIR")
+    for key in ("first_step_ms", "step_interval_ms", "chunk_ms", "average_ms"):
+        if key not in budget.keys():
+            raise UsageError(
+                f"--measure needs a budget derived from a model ({budget.title} has no {key}); "
+                "pass --model"
+            )
     derived_first = budget.get("first_step_ms").value
     derived_interval = budget.get("step_interval_ms").value
     chunk_ms = budget.get("chunk_ms").value
@@ -647,7 +705,7 @@ def with_measurement(budget: LatencyBudget, timing: EngineTiming, threads: int) 
     lines = list(budget.lines) + [
         BudgetLine(
             "measured_first_step_ms", "first encoder step ran after (measured)", first, "ms",
-            f"audio fed when is_ready() first held, feeding {feed} ms at a time",
+            f"audio fed when decode_step() first ran a step, feeding {feed} ms at a time",
             first_note, measured=True, flagged=first_flag,
         ),
         BudgetLine(
@@ -659,12 +717,12 @@ def with_measurement(budget: LatencyBudget, timing: EngineTiming, threads: int) 
         ),
         BudgetLine(
             "measured_first_tokens_ms", "tokens can first appear (measured)", first, "ms",
-            "audio fed at the first decode_stream() call",
+            "audio fed at the first encoder step",
             "no output exists before the first encoder step", measured=True,
         ),
         BudgetLine(
             "decode_ms", f"compute per encoder step ({threads} thread{plural})", compute, "ms",
-            f"median of {n} decode_stream() calls, time.perf_counter",
+            f"median of {n} decode_step() calls that ran a step, time.perf_counter",
             f"real-time factor {compute / chunk_ms:.3f} (compute / chunk)", measured=True,
         ),
         BudgetLine(
@@ -693,6 +751,7 @@ __all__ = [
     "PUBLISHED_EXPORTS",
     "PublishedExport",
     "budget_for_zipformer2_chunk",
+    "budget_from_info",
     "budget_from_metadata",
     "budget_from_published",
     "catalog_budget",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import onnx
 import pytest
@@ -197,12 +198,15 @@ def test_metadata_errors_name_the_problem(tmp_path: Path):
 
 
 def _engine(files_dir: Path, chunk: int | None = None):
-    from streamasr.backends.base import EngineOptions
-    from streamasr.backends.sherpa import SherpaRecognizer
+    """The export's files (for the derived budget) and the model loaded through the registry,
+    the way `latency --measure` loads it."""
+    from streamasr.backends.base import EngineOptions, SherpaOptions
+    from streamasr.backends.registry import load_recognizer
     from streamasr.modeldir import resolve_model
 
     files = resolve_model(str(files_dir), chunk)
-    return files, SherpaRecognizer(files, EngineOptions(threads=1)).engine
+    options = EngineOptions(threads=1, sherpa=SherpaOptions(chunk=chunk))
+    return files, load_recognizer(str(files_dir), options)
 
 
 @pytest.mark.parametrize(("model", "chunk"), [("transducer", 16), ("transducer", 32), ("ctc", 16)])
@@ -237,17 +241,16 @@ def test_measurement_lines_flag_the_difference_and_end_with_expected(random_tran
 
 def test_measure_refuses_a_non_streaming_recognizer():
     class NeverReady:
+        info = SimpleNamespace(sample_rate_hz=16000)
+
         def create_stream(self):
             return self
 
-        def accept_waveform(self, sample_rate, samples):
+        def accept(self, sample_rate, samples):
             pass
 
-        def is_ready(self, stream):
+        def decode_step(self):
             return False
-
-        def decode_stream(self, stream):
-            raise AssertionError("never called")
 
     with pytest.raises(ModelError, match="no encoder step"):
         measure_engine(NeverReady(), max_audio_s=0.1)

@@ -30,10 +30,14 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from streamasr.events import Endpoint, Event, Final, FirstToken, Partial
+
+if TYPE_CHECKING:
+    from streamasr.backends.base import BackendInfo
 
 METRICS = ("wer", "cer", "mer")
 PERCENTILES = (50, 90, 99)
@@ -223,9 +227,10 @@ def stability(events: Sequence[Event]) -> Stability:
     return Stability(len(changed), tuple(changed))
 
 
-def model_metric(model_name: str, tokens_file: str) -> str:
+def model_metric(model_name: str, token_type: str) -> str:
     """WER, CER or MER by the model's language: the catalog's entry if the model is a known
-    release (Chinese -> cer, Chinese+English -> mer), else its token type."""
+    release (Chinese -> cer, Chinese+English -> mer), else its token type (what the backend
+    declares in BackendInfo.token_type: cjkchar -> cer, cjkchar+bpe -> mer, else wer)."""
     try:
         from streamasr.catalog import find
 
@@ -236,14 +241,20 @@ def model_metric(model_name: str, tokens_file: str) -> str:
         if "zh" in entry.language and "en" in entry.language:
             return "mer"
         return "cer" if "zh" in entry.language or "ja" in entry.language else "wer"
-    from streamasr.tokens import read_vocabulary
-
-    token_type = read_vocabulary(tokens_file).token_type
     if token_type == "cjkchar+bpe":
         return "mer"
     if token_type == "cjkchar":
         return "cer"
-    return language_metric(tokens_file)
+    return "wer"
+
+
+def info_metric(info: BackendInfo, model: str | None = None) -> str:
+    """The metric for a loaded model: by the name the user gave if it is a catalog name, else
+    by the loaded model's own name, else by the token type it declares."""
+    from streamasr.catalog import find
+
+    name = model if model is not None and find(model) is not None else info.model_name
+    return model_metric(name, info.token_type)
 
 
 def language_metric(tokens_file: str) -> str:

@@ -5,7 +5,10 @@ results.json (schema "streamasr-bench/1"):
 
     {"schema": ..., "run": {versions, cpu, date, engine settings, command line},
      "dataset": {"path", "format", "utterances", "bad_rows": [...], "missing_audio": [...]},
-     "settings": [{"name": "chunk 16", "model", "chunk", "chunk_ms", "files": {name: sha256},
+     "settings": [{"name": "chunk 16" | "att 70,13", "model", "backend", "device", "chunk_ms",
+                   "lookahead_ms", "output_frame_ms", "chunk" (sherpa-onnx exports),
+                   "att_context_size" (NeMo), "settings": {the backend's own},
+                   "files": {name: sha256 of each model file loaded},
                    "summary": {...}, "utterances": [record, ...]}]}
 
 `--fail-on "wer+0.5,first_token_p90+50ms"` rules: METRIC, then + (fail when the value rose by
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from streamasr import __version__
+from streamasr.backends.base import BackendInfo
 from streamasr.bench.datasets import Dataset
 from streamasr.bench.metrics import percentiles, total_counts
 from streamasr.bench.runner import UtteranceRecord
@@ -152,22 +156,40 @@ def dataset_record(dataset: Dataset) -> dict[str, Any]:
 
 def setting_record(
     name: str,
-    model: str,
-    chunk: int,
-    files: Sequence[Path],
+    info: BackendInfo,
     summary: dict[str, Any],
     records: Sequence[UtteranceRecord],
 ) -> dict[str, Any]:
-    """One setting of a sweep with its checksums, summary and every utterance."""
-    return {
+    """One setting of a sweep: what ran (backend, device, chunk, look-ahead, output frame,
+    the backend's own settings), the checksums of the model files it loaded, its summary and
+    every utterance."""
+    settings = {str(k): v for k, v in info.settings.items()}
+    record: dict[str, Any] = {
         "name": name,
-        "model": model,
-        "chunk": chunk,
-        "chunk_ms": round(chunk * 20),
-        "files": {p.name: sha256_file(p) for p in files},
-        "summary": summary,
-        "utterances": [r.to_dict() for r in records],
+        "model": info.model_name,
+        "backend": info.backend,
+        "device": info.device,
+        "chunk_ms": _ms(info.chunk_s),
+        "lookahead_ms": _ms(info.lookahead_s),
+        "output_frame_ms": _ms(info.output_frame_s),
     }
+    if "chunk" in settings:
+        record["chunk"] = settings["chunk"]
+    if "att_context_size" in settings:
+        record["att_context_size"] = settings["att_context_size"]
+    record.update(
+        settings=settings,
+        files={p.name: sha256_file(p) for p in info.model_files},
+        summary=summary,
+        utterances=[r.to_dict() for r in records],
+    )
+    return record
+
+
+def _ms(seconds: float) -> float | int:
+    """Milliseconds, whole when they are (320, not 320.0)."""
+    value = round(seconds * 1000, 3)
+    return int(value) if value == int(value) else value
 
 
 def results_document(

@@ -1,7 +1,10 @@
-"""Sweeps: one run per setting (`--chunk 16,32,64`), every setting checked before any runs.
+"""Sweeps: one run per setting (`--chunk 16,32` or `--att-context-size 70,1/70,13`), every
+setting checked before any runs.
 
-A setting is one model export. All of them are resolved first, so a chunk the model was not
-exported for stops the sweep before minutes are spent on the others.
+A setting is one loaded engine: a sherpa-onnx export (`chunk 16`) or a trained look-ahead of a
+NeMo model (`att 70,13`), each with its own EngineOptions. All of them are loaded through the
+backend registry first, so a chunk or look-ahead the model lacks stops the sweep before
+minutes are spent on the others. Nothing here knows which engine runs.
 """
 
 from __future__ import annotations
@@ -9,10 +12,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from streamasr.backends.base import EngineOptions
+from streamasr.backends.base import EngineOptions, Recognizer
 from streamasr.bench.datasets import Utterance
 from streamasr.bench.report import setting_record, summarize
 from streamasr.bench.runner import (
@@ -22,8 +25,7 @@ from streamasr.bench.runner import (
     run_sequential,
     warm_up,
 )
-from streamasr.errors import UsageError
-from streamasr.modeldir import ModelFiles, resolve_model
+from streamasr.errors import ModelMismatchError, UsageError
 
 log = logging.getLogger("streamasr")
 
@@ -51,24 +53,98 @@ def parse_int_list(text: str | None, option: str) -> list[int | None]:
     return values
 
 
+def parse_att_list(text: str | None) -> list[tuple[int, int] | None]:
+    """'70,1/70,13' -> [(70, 1), (70, 13)]; None -> [None] (the model's default)."""
+    from streamasr.mask import parse_att_context_size
+
+    if text is None or not text.strip():
+        return [None]
+    values: list[tuple[int, int] | None] = []
+    for part in text.split("/"):
+        value = parse_att_context_size(part)
+        if value in values:
+            raise UsageError(f"--att-context-size lists {value[0]},{value[1]} twice")
+        values.append(value)
+    return values
+
+
 @dataclass(frozen=True)
 class Setting:
-    """One point of a sweep."""
+    """One point of a sweep: what to load (picklable, for worker processes) and the engine
+    loaded from it in this process."""
 
     name: str
-    files: ModelFiles
+    model: str | None
+    backend: str | None
+    engine: EngineOptions
+    recognizer: Recognizer
+
+
+def setting_name(recognizer: Recognizer) -> str:
+    """`chunk 16` for an export, `att 70,13` for a look-ahead, else the backend's name."""
+    settings = recognizer.info.settings
+    if "chunk" in settings:
+        return f"chunk {settings['chunk']}"
+    if "att_context_size" in settings:
+        return f"att {settings['att_context_size']}"
+    return recognizer.info.backend
 
 
 def plan_settings(
-    model: str | None, chunks: Sequence[int | None], prefer_int8: bool
+    model: str | None,
+    engine: EngineOptions,
+    chunks: Sequence[int | None] = (None,),
+    att_context_sizes: Sequence[tuple[int, int] | None] = (None,),
+    backend: str | None = None,
 ) -> list[Setting]:
-    """Resolve every setting up front; a missing chunk raises ModelError listing those the
-    model has."""
+    """Load every setting up front through the registry.
+
+    A chunk or look-ahead the model lacks raises ModelMismatchError listing those it has;
+    `--chunk` on a model without exports (NeMo) or `--att-context-size` on one without
+    trained look-aheads (sherpa-onnx) is a usage error.
+    """
+    from streamasr.backends.registry import load_recognizer
+
+    chunks, atts = list(chunks), list(att_context_sizes)
+    if chunks != [None] and atts != [None]:
+        raise UsageError("sweep either --chunk (sherpa-onnx exports) or --att-context-size "
+                         "(NeMo look-aheads), not both")
+    wanted: list[EngineOptions] = [
+        replace(engine, sherpa=replace(engine.sherpa, chunk=c)) for c in chunks if c is not None
+    ] + [
+        replace(engine, nemo=replace(engine.nemo, att_context_size=a))
+        for a in atts
+        if a is not None
+    ]
     settings = []
-    for chunk in chunks:
-        files = resolve_model(model, chunk, prefer_int8=prefer_int8)
-        settings.append(Setting(f"chunk {files.chunk}", files))
+    for options in wanted or [engine]:
+        try:
+            recognizer = load_recognizer(model, options, backend)
+        except ModelMismatchError:
+            raise
+        except UsageError as exc:  # the loader refused a setting this model does not have
+            raise ModelMismatchError(str(exc)) from exc
+        _check_kind(recognizer, chunks != [None], atts != [None])
+        settings.append(Setting(setting_name(recognizer), model, backend, options, recognizer))
     return settings
+
+
+def _check_kind(recognizer: Recognizer, chunk: bool, att: bool) -> None:
+    """--chunk needs a backend with exports, --att-context-size one with look-aheads."""
+    info = recognizer.info
+    has_chunk, has_att = "chunk" in info.settings, "att_context_size" in info.settings
+    if chunk and not has_chunk:
+        hint = " (sweep its trained look-aheads with --att-context-size L,R/L,R)" if has_att else ""
+        raise UsageError(
+            f"--chunk selects a sherpa-onnx export; {info.model_name} is a {info.backend} "
+            f"model with no chunk setting{hint}"
+        )
+    if att and not has_att:
+        hint = " (sweep its exports with --chunk 16,32)" if has_chunk else ""
+        raise UsageError(
+            f"--att-context-size selects a NeMo model's trained look-ahead; "
+            f"{info.model_name} is a {info.backend} model without one{hint}"
+        )
 
 
 def run_setting(
@@ -80,7 +156,7 @@ def run_setting(
     on_done: Progress = lambda name, record: None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Any]:
-    """Load the export, warm it up, run the utterances; return the setting's results entry.
+    """Warm the setting's engine up, run the utterances; return the setting's results entry.
 
     The one-stream pass gives the per-utterance records and RTF. Each `streams` value above 1
     decodes the set again in batches of that many for its aggregate throughput, and is
@@ -88,9 +164,7 @@ def run_setting(
     algorithmic field agrees too unless an int8 model's dynamic quantisation moved a token
     time (`identical`).
     """
-    from streamasr.backends.sherpa import SherpaRecognizer
-
-    recognizer = SherpaRecognizer(setting.files, engine)
+    recognizer = setting.recognizer
     log.info("bench setting %s: %s", setting.name, recognizer.description)
     warm_up(recognizer)
     started = clock()
@@ -106,10 +180,7 @@ def run_setting(
         )
         sweep.append(compare_batched(setting.name, records, batched, n, clock() - started))
     summary = summarize(records, options.metric, wall_s, sweep or None)
-    files = setting.files
-    return setting_record(
-        setting.name, files.name, files.chunk, files.onnx_files(), summary, records
-    )
+    return setting_record(setting.name, recognizer.info, summary, records)
 
 
 def compare_batched(

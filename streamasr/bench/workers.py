@@ -1,7 +1,8 @@
 """Every core: the one-stream pass of a bench setting spread over worker processes.
 
 Why: one sherpa-onnx engine on one thread is the fastest per stream on a small machine, and it
-leaves the other cores idle. Here each worker process loads its own single engine and takes
+leaves the other cores idle. Here each worker process loads its own single engine (through the
+backend registry, from the model, backend name and EngineOptions, which pickle) and takes
 whole utterances from a shared queue, so every utterance still streams in order, start to end,
 through one session exactly as in a one-worker run; the records are put back in dataset order.
 Text, tokens, token times and algorithmic latencies are therefore the same as with one worker;
@@ -22,7 +23,6 @@ from streamasr.backends.base import EngineOptions
 from streamasr.bench.datasets import Utterance
 from streamasr.bench.runner import RunOptions, UtteranceRecord, run_utterance
 from streamasr.errors import UsageError
-from streamasr.modeldir import ModelFiles
 
 log = logging.getLogger("streamasr")
 
@@ -50,11 +50,13 @@ def check_workers(workers: int) -> None:
         )
 
 
-def _init_worker(files: ModelFiles, engine: EngineOptions, options: RunOptions) -> None:
-    from streamasr.backends.sherpa import SherpaRecognizer
+def _init_worker(
+    model: str | None, backend: str | None, engine: EngineOptions, options: RunOptions
+) -> None:
+    from streamasr.backends.registry import load_recognizer
     from streamasr.bench.runner import warm_up
 
-    recognizer = SherpaRecognizer(files, engine)
+    recognizer = load_recognizer(model, engine, backend)
     warm_up(recognizer)
     _WORKER.update(recognizer=recognizer, options=options)
 
@@ -64,7 +66,8 @@ def _run_one(utt: Utterance) -> UtteranceRecord:
 
 
 def run_in_workers(
-    files: ModelFiles,
+    model: str | None,
+    backend: str | None,
     engine: EngineOptions,
     utterances: Sequence[Utterance],
     options: RunOptions,
@@ -81,7 +84,7 @@ def run_in_workers(
         max_workers=workers,
         mp_context=context,
         initializer=_init_worker,
-        initargs=(files, engine, options),
+        initargs=(model, backend, engine, options),
     ) as pool:
         futures = {pool.submit(_run_one, utt): i for i, utt in enumerate(utterances)}
         for future in as_completed(futures):
@@ -103,25 +106,25 @@ def run_setting_in_workers(
 ) -> dict[str, Any]:
     """`sweep.run_setting` with the one-stream pass spread over `workers` processes.
 
-    Batched passes (`--streams N`) still run in this process, after the workers are done,
-    and are compared with the one-stream records as before.
+    Each worker loads the setting's model with the setting's EngineOptions through the
+    registry. Batched passes (`--streams N`) still run in this process on the setting's own
+    engine, after the workers are done, and are compared with the one-stream records.
     """
-    from streamasr.backends.sherpa import SherpaRecognizer
     from streamasr.bench.report import setting_record, summarize
     from streamasr.bench.runner import run_batched, warm_up
     from streamasr.bench.sweep import compare_batched
 
     started = clock()
     records = run_in_workers(
-        setting.files, engine, utterances, options, workers,
+        setting.model, setting.backend, setting.engine, utterances, options, workers,
         lambda r: on_done(setting.name, r),
     )
     wall_s = clock() - started
     stream_counts = [streams] if isinstance(streams, int) else list(streams)
     sweep = []
     batch_counts = [n for n in stream_counts if n > 1]
+    recognizer = setting.recognizer
     if batch_counts:
-        recognizer = SherpaRecognizer(setting.files, engine)
         warm_up(recognizer)
         for n in batch_counts:
             started = clock()
@@ -132,7 +135,4 @@ def run_setting_in_workers(
             sweep.append(compare_batched(setting.name, records, batched, n, clock() - started))
     summary = summarize(records, options.metric, wall_s, sweep or None)
     summary["workers"] = workers
-    files = setting.files
-    return setting_record(
-        setting.name, files.name, files.chunk, files.onnx_files(), summary, records
-    )
+    return setting_record(setting.name, recognizer.info, summary, records)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -61,8 +61,30 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 help="Chunk(s) in 50 Hz frames, comma-separated to sweep (16,32 = 320 and "
-                "640 ms). Each must exist as an export of the model."
+                "640 ms). Each must exist as an export of the (sherpa-onnx) model."
             ),
+        ] = None,
+        att_context_size: Annotated[
+            str | None,
+            typer.Option(
+                "--att-context-size",
+                help="NeMo models: trained look-ahead(s) LEFT,RIGHT, slash-separated to sweep "
+                "(70,0/70,1/70,6/70,13). Each must have been trained into the model.",
+            ),
+        ] = None,
+        backend: Annotated[
+            str | None,
+            typer.Option(
+                help="Engine: sherpa-onnx, nemo, or module:ATTRIBUTE naming a BackendEntry "
+                "(default: chosen from the model)."
+            ),
+        ] = None,
+        device: Annotated[
+            str, typer.Option(help="Where the engine runs: cpu, cuda or cuda:N (NeMo).")
+        ] = "cpu",
+        decoder: Annotated[
+            str | None,
+            typer.Option(help="NeMo hybrid models: rnnt or ctc head (default: the model's)."),
         ] = None,
         limit: Annotated[int | None, typer.Option(help="Use only the first N utterances.")] = None,
         metric: Annotated[
@@ -141,6 +163,10 @@ def register(app: typer.Typer) -> None:
             dataset=dataset,
             model=model,
             chunk=chunk,
+            att_context_size=att_context_size,
+            backend=backend,
+            device=device,
+            decoder=decoder,
             limit=limit,
             metric=metric,
             realtime=realtime,
@@ -184,6 +210,10 @@ class BenchRequest:
     dataset: Path
     model: str | None = None
     chunk: str | None = None
+    att_context_size: str | None = None  # "70,1/70,13"
+    backend: str | None = None
+    device: str = "cpu"
+    decoder: str | None = None
     limit: int | None = None
     metric: str = "auto"
     realtime: bool = False
@@ -201,11 +231,16 @@ class BenchRequest:
     def check(self) -> None:
         """Refuse impossible combinations before anything is loaded."""
         from streamasr.bench.metrics import METRICS
-        from streamasr.bench.sweep import parse_int_list
+        from streamasr.bench.sweep import parse_att_list, parse_int_list
 
         check_stream_numbers(self.block_ms, self.tail_padding_s)
         for chunk in parse_int_list(self.chunk, "--chunk"):
             check_number("--chunk", chunk, *CHUNK_RANGE, "50 Hz frames (16 = 320 ms)")
+        if parse_att_list(self.att_context_size) != [None] and self.chunk:
+            raise UsageError(
+                "sweep either --chunk (sherpa-onnx exports) or --att-context-size (NeMo "
+                "look-aheads), not both"
+            )
         for n in self.stream_counts():
             check_number("--streams", n, 1, MAX_STREAMS, "(streams decoded in one batch)")
         onset_options(self.onset_dbfs)
@@ -231,12 +266,13 @@ class BenchRequest:
 
 def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
     """Validate everything, run every setting, write and show results; True on regression."""
+    from streamasr.backends.base import NemoOptions, SherpaOptions
     from streamasr.bench import report
     from streamasr.bench.datasets import load_dataset
-    from streamasr.bench.metrics import model_metric
+    from streamasr.bench.metrics import info_metric
     from streamasr.bench.outdir import RecordLog, check_out
     from streamasr.bench.runner import RunOptions
-    from streamasr.bench.sweep import parse_int_list, plan_settings, run_setting
+    from streamasr.bench.sweep import parse_att_list, parse_int_list, plan_settings, run_setting
     from streamasr.stream import StreamOptions
 
     request.check()
@@ -246,8 +282,18 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
         require_matplotlib()
     rules = report.parse_fail_on(request.fail_on) if request.fail_on else []
     baseline = report.load_baseline(request.baseline) if request.baseline else None
+    engine = replace(
+        engine,
+        device=request.device,
+        sherpa=SherpaOptions(prefer_int8=request.prefer_int8),
+        nemo=NemoOptions(decoder=request.decoder),
+    )
     settings = plan_settings(
-        request.model, parse_int_list(request.chunk, "--chunk"), request.prefer_int8
+        request.model,
+        engine,
+        parse_int_list(request.chunk, "--chunk"),
+        parse_att_list(request.att_context_size),
+        request.backend,
     )
     data = load_dataset(request.dataset).limited(request.limit)
     if not data.utterances:
@@ -255,10 +301,10 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
             f"{data.path}: no usable utterances ({len(data.bad_rows)} bad rows, "
             f"{len(data.missing_audio)} with missing audio); see the warnings above"
         )
-    files = settings[0].files
+    info = settings[0].recognizer.info
     metric = request.metric
     if metric == "auto":
-        metric = model_metric(files.name, str(files.tokens))
+        metric = info_metric(info, request.model)
     block_s = request.block_ms / 1000 if request.block_ms else None
     options = RunOptions(
         StreamOptions(
@@ -273,9 +319,18 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
     )
     run = report.run_record(
         {
-            "model": files.name,
-            "model_dir": str(files.directory),
-            "chunks": [s.files.chunk for s in settings],
+            "model": info.model_name,
+            "model_files": [str(p) for p in info.model_files],
+            "backend": info.backend,
+            "device": info.device,
+            "settings": [s.name for s in settings],
+            "chunks": [s.recognizer.info.settings.get("chunk") for s in settings],
+            "att_context_sizes": [
+                s.recognizer.info.settings.get("att_context_size") for s in settings
+            ],
+            "chunk_ms": [round(s.recognizer.info.chunk_s * 1000, 3) for s in settings],
+            "lookahead_ms": [round(s.recognizer.info.lookahead_s * 1000, 3) for s in settings],
+            "output_frame_ms": round(info.output_frame_s * 1000, 3),
             "threads": engine.threads,
             "decoding_method": engine.decoding_method,
             "endpoint": asdict(engine.endpoint),
@@ -393,7 +448,11 @@ def _run_all(
 def _note_int8_batching(settings: list[Any], streams: str) -> None:
     """Say plainly that int8 batches are not bit-exact, whenever an int8 model is batched."""
     most = max((int(p) for p in streams.split(",") if p.strip().isdigit()), default=1)
-    int8 = [s.name for s in settings if ".int8." in s.files.encoder.name]
+    int8 = [
+        s.name
+        for s in settings
+        if any(".int8." in p.name for p in s.recognizer.info.model_files)
+    ]
     if most > 1 and int8:
         err_console.print(
             f"note: the int8 encoder ({', '.join(int8)}) quantises activations with one "

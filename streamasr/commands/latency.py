@@ -1,7 +1,8 @@
 """`streamasr latency` and `streamasr mask`: what a streaming setting costs, and why.
 
 Both commands are arithmetic on settings (no model download, instant), except
-`latency --measure`, which runs the real sherpa-onnx engine on a local model.
+`latency --measure`, which loads a local model through the backend registry (sherpa-onnx,
+NeMo, or any `--backend`) and times its steps through the step protocol.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from streamasr.latency import (
     PUBLISHED_ALIASES,
     LatencyBudget,
     budget_for_zipformer2_chunk,
+    budget_from_info,
     budget_from_metadata,
     catalog_budget,
     chunk_budget,
@@ -57,6 +59,14 @@ AttContextOpt = Annotated[
     typer.Option(
         "--att-context-size",
         help="NeMo att_context_size LEFT,RIGHT in encoder steps, e.g. 70,13 (-1 = unlimited).",
+    ),
+]
+LatencyAttOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--att-context-size",
+        help="NeMo att_context_size LEFT,RIGHT in encoder steps, e.g. 70,13 (-1 = unlimited); "
+        "with --model MODEL.nemo, the trained look-ahead to load (and --measure).",
     ),
 ]
 StyleOpt = Annotated[
@@ -112,13 +122,17 @@ def build_budget(
     measure: bool,
     threads: int,
     fp32: bool,
+    backend: str | None = None,
+    decoder: str | None = None,
+    device: str = "cpu",
 ) -> LatencyBudget:
     """Pick the arithmetic the options ask for and compute it (and measure, if asked)."""
-    if att_context_size is not None:
-        if model is not None or chunk is not None or measure or left_chunks is not None:
+    if att_context_size is not None and model is None and backend is None:
+        if chunk is not None or measure or left_chunks is not None:
             raise UsageError(
-                "--att-context-size describes a NeMo model by itself; drop --model, --chunk, "
-                "--left-chunks and --measure (measuring runs sherpa-onnx models only)"
+                "--att-context-size alone describes a NeMo setting by arithmetic; drop "
+                "--chunk, --left-chunks and --measure, or add --model MODEL.nemo to load "
+                "(and --measure) that trained look-ahead"
             )
         left, right = parse_att_context_size(att_context_size)
         return nemo_budget(
@@ -129,7 +143,7 @@ def build_budget(
         raise UsageError("--style and --layers describe NeMo masks; use them with "
                          "--att-context-size LEFT,RIGHT")
     if subsampling is not None:
-        if model is not None or measure:
+        if model is not None or measure or backend is not None:
             raise UsageError(
                 "--subsampling with --chunk counts the chunk in encoder steps (WeNet U2 style) "
                 "and reads no model; drop --model/--measure, or drop --subsampling"
@@ -142,15 +156,83 @@ def build_budget(
         )
     if left_chunks is not None:
         raise UsageError("--left-chunks goes with --chunk N --subsampling S (WeNet U2 style)")
-    if model is None and not measure and chunk is not None:
+    if model is None and not measure and chunk is not None and backend is None:
         return budget_for_zipformer2_chunk(chunk)
-    return _model_budget(model, chunk, measure, threads, fp32)
+    engine = _engine_of(model, backend)
+    if engine != "sherpa-onnx":
+        return _backend_budget(
+            model, backend, chunk, att_context_size, decoder, device, measure, threads
+        )
+    if att_context_size is not None or decoder is not None:
+        raise UsageError(
+            f"--att-context-size and --decoder choose a NeMo model's look-ahead and head; "
+            f"{model or 'the default model'} is a sherpa-onnx export: use --chunk"
+        )
+    return _model_budget(model, chunk, measure, threads, fp32, device)
+
+
+def _engine_of(model: str | None, backend: str | None) -> str:
+    """The backend that would load `model`, by name only (nothing is loaded).
+
+    A released name that is not on disk stays with the catalog's arithmetic (sherpa-onnx's
+    path), which knows NeMo releases too.
+    """
+    from streamasr import catalog
+    from streamasr.backends.registry import choose_backend
+
+    if backend is None and model is not None and not Path(model).exists():
+        if catalog.find(model) is not None:
+            return "sherpa-onnx"
+    return choose_backend(model, backend).name
+
+
+def _backend_budget(
+    model: str | None,
+    backend: str | None,
+    chunk: int | None,
+    att_context_size: str | None,
+    decoder: str | None,
+    device: str,
+    measure: bool,
+    threads: int,
+) -> LatencyBudget:
+    """Load the model through the registry; derive from what it declares, then measure."""
+    from streamasr.backends.base import EngineOptions, NemoOptions
+    from streamasr.backends.registry import load_recognizer
+
+    if chunk is not None:
+        raise UsageError(
+            "--chunk selects a sherpa-onnx export; this model's step comes from the model "
+            "itself (for NeMo choose a trained look-ahead with --att-context-size L,R)"
+        )
+    att = parse_att_context_size(att_context_size) if att_context_size is not None else None
+    options = EngineOptions(
+        threads=threads, device=device, nemo=NemoOptions(att_context_size=att, decoder=decoder)
+    )
+    recognizer = load_recognizer(model, options, backend)
+    info = recognizer.info
+    if att is not None and "att_context_size" not in info.settings:
+        raise UsageError(
+            f"--att-context-size chooses a NeMo model's trained look-ahead; the {info.backend} "
+            "backend has none"
+        )
+    budget = budget_from_info(info)
+    if not measure:
+        return budget
+    timing = measure_engine(recognizer, steps=MEASURE_STEPS)
+    return with_measurement(budget, timing, threads)
 
 
 def _model_budget(
-    model: str | None, chunk: int | None, measure: bool, threads: int, fp32: bool
+    model: str | None,
+    chunk: int | None,
+    measure: bool,
+    threads: int,
+    fp32: bool,
+    device: str = "cpu",
 ) -> LatencyBudget:
-    """A model's budget: a catalog name, an encoder file, a bundled model or a directory.
+    """A sherpa-onnx model's budget: a catalog name, an encoder file, a bundled model or a
+    directory.
 
     Catalog names resolve through the catalog (settings, no download needed) and, for
     `--measure`, through the model cache the way `file --model NAME` finds them.
@@ -165,8 +247,9 @@ def _model_budget(
             return catalog_budget(model, chunk)
         if not entry.exports:
             raise UsageError(
-                f"--measure runs sherpa-onnx Zipformer exports; {entry.name} is a NeMo "
-                "FastConformer, so only its derived budget is shown without --measure"
+                f"--measure runs the model's files; {entry.name} is a NeMo FastConformer "
+                "release, which is not downloaded here: pass --model PATH.nemo (its .nemo "
+                "file or folder) to measure it, or drop --measure for its derived budget"
             )
         if store.find_cached(model) is None:
             raise UsageError(
@@ -197,11 +280,16 @@ def _model_budget(
         return budget
     if threads < 1:
         raise UsageError(f"--threads {threads}: use 1 or more")
-    from streamasr.backends.base import EngineOptions
-    from streamasr.backends.sherpa import SherpaRecognizer
+    from streamasr.backends.base import EngineOptions, SherpaOptions
+    from streamasr.backends.registry import load_recognizer
 
-    recognizer = SherpaRecognizer(files, EngineOptions(threads=threads))
-    timing = measure_engine(recognizer.engine, steps=MEASURE_STEPS)
+    options = EngineOptions(
+        threads=threads,
+        device=device,
+        sherpa=SherpaOptions(chunk=files.chunk, prefer_int8=not fp32),
+    )
+    recognizer = load_recognizer(str(files.directory), options, "sherpa-onnx")
+    timing = measure_engine(recognizer, steps=MEASURE_STEPS)
     return with_measurement(budget, timing, threads)
 
 
@@ -243,7 +331,7 @@ def latency_command(
         typer.Option(help="Chunk in 50 Hz frames (16 = 320 ms); with --subsampling, in "
                      "encoder steps."),
     ] = None,
-    att_context_size: AttContextOpt = None,
+    att_context_size: LatencyAttOpt = None,
     style: StyleOpt = None,
     layers: Annotated[
         int | None, typer.Option(help="Encoder layers, for the band style's growth (17).")
@@ -255,9 +343,21 @@ def latency_command(
     left_chunks: LeftChunksOpt = None,
     measure: Annotated[
         bool,
-        typer.Option("--measure", help="Run the real sherpa-onnx engine and measure when "
-                     "steps run and what they cost."),
+        typer.Option("--measure", help="Load the model and measure when its encoder steps "
+                     "run and what they cost (sherpa-onnx, NeMo or any --backend)."),
     ] = False,
+    backend: Annotated[
+        str | None,
+        typer.Option(help="Engine to load the model with: sherpa-onnx, nemo, or "
+                     "module:ATTRIBUTE (default: chosen from the model)."),
+    ] = None,
+    decoder: Annotated[
+        str | None,
+        typer.Option(help="NeMo hybrid models: rnnt or ctc head (default: the model's)."),
+    ] = None,
+    device: Annotated[
+        str, typer.Option(help="Where --measure runs the model: cpu, cuda or cuda:N (NeMo).")
+    ] = "cpu",
     threads: Annotated[int, typer.Option(help="CPU threads for --measure.")] = 1,
     fp32: Annotated[bool, typer.Option("--fp32", help="Measure fp32 files even if int8 exist.")]
     = False,
@@ -273,7 +373,8 @@ def latency_command(
         budget = build_budget(
             model=model, chunk=chunk, att_context_size=att_context_size, style=style,
             layers=layers, subsampling=subsampling, left_chunks=left_chunks,
-            measure=measure, threads=threads, fp32=fp32,
+            measure=measure, threads=threads, fp32=fp32, backend=backend, decoder=decoder,
+            device=device,
         )
     if fmt == "json":
         typer.echo(json.dumps(budget.to_dict(), indent=2))
