@@ -9,34 +9,17 @@ from typing import Annotated, Any
 
 import typer
 
-from streamasr.backends.base import EngineOptions
 from streamasr.bench.outdir import RECORDS_NAME
 from streamasr.commands.common import (
     CHUNK_RANGE,
-    DEFAULT_THREADS,
     EXIT_INTERRUPTED,
-    BlockOpt,
-    DecodingOpt,
-    EndpointOpt,
-    Fp32Opt,
-    HotwordsOpt,
-    HotwordsScoreOpt,
-    ModelOpt,
-    OnsetOpt,
-    Rule1Opt,
-    Rule2Opt,
-    Rule3Opt,
-    TailOpt,
-    ThreadsOpt,
     VerboseOpt,
     check_number,
-    check_stream_numbers,
     cli_errors,
-    engine_options,
     err_console,
-    onset_options,
     setup_logging,
 )
+from streamasr.commands.options import ModelOptions, with_model_options
 from streamasr.errors import DatasetError, UsageError
 from streamasr.render import escape
 
@@ -48,6 +31,7 @@ def register(app: typer.Typer) -> None:
     """Add the `bench` command."""
 
     @app.command("bench")
+    @with_model_options(skip=("chunk", "att_context_size"))
     def bench_command(
         dataset: Annotated[
             Path,
@@ -56,7 +40,7 @@ def register(app: typer.Typer) -> None:
                 "or JSONL manifest (audio_filepath, text, ...)."
             ),
         ],
-        model: ModelOpt = None,
+        model_options: ModelOptions,
         chunk: Annotated[
             str | None,
             typer.Option(
@@ -71,20 +55,6 @@ def register(app: typer.Typer) -> None:
                 help="NeMo models: trained look-ahead(s) LEFT,RIGHT, slash-separated to sweep "
                 "(70,0/70,1/70,6/70,13). Each must have been trained into the model.",
             ),
-        ] = None,
-        backend: Annotated[
-            str | None,
-            typer.Option(
-                help="Engine: sherpa-onnx, nemo, or module:ATTRIBUTE naming a BackendEntry "
-                "(default: chosen from the model)."
-            ),
-        ] = None,
-        device: Annotated[
-            str, typer.Option(help="Where the engine runs: cpu, cuda or cuda:N (NeMo).")
-        ] = "cpu",
-        decoder: Annotated[
-            str | None,
-            typer.Option(help="NeMo hybrid models: rnnt or ctc head (default: the model's)."),
         ] = None,
         limit: Annotated[int | None, typer.Option(help="Use only the first N utterances.")] = None,
         metric: Annotated[
@@ -143,30 +113,15 @@ def register(app: typer.Typer) -> None:
                 "(needs matplotlib: pip install 'streamasr\\[plot]')."
             ),
         ] = None,
-        fp32: Fp32Opt = False,
-        threads: ThreadsOpt = DEFAULT_THREADS,
-        decoding_method: DecodingOpt = "greedy_search",
-        hotwords: HotwordsOpt = None,
-        hotwords_score: HotwordsScoreOpt = 1.5,
-        endpoint: EndpointOpt = True,
-        rule1: Rule1Opt = 2.4,
-        rule2: Rule2Opt = 1.2,
-        rule3: Rule3Opt = 20.0,
-        block_ms: BlockOpt = None,
-        tail_padding: TailOpt = 0.66,
-        onset_dbfs: OnsetOpt = None,
         verbose: VerboseOpt = False,
     ) -> None:
         """Accuracy, latency and speed over a test set; one table row per setting."""
         setup_logging(verbose)
         request = BenchRequest(
             dataset=dataset,
-            model=model,
+            model_options=model_options,
             chunk=chunk,
             att_context_size=att_context_size,
-            backend=backend,
-            device=device,
-            decoder=decoder,
             limit=limit,
             metric=metric,
             realtime=realtime,
@@ -176,24 +131,10 @@ def register(app: typer.Typer) -> None:
             baseline=baseline,
             fail_on=fail_on,
             plot=plot,
-            prefer_int8=not fp32,
-            block_ms=block_ms,
-            tail_padding_s=tail_padding,
-            onset_dbfs=onset_dbfs,
         )
         try:
             with cli_errors():
-                engine = engine_options(
-                    threads,
-                    decoding_method,
-                    hotwords,
-                    hotwords_score,
-                    endpoint,
-                    rule1,
-                    rule2,
-                    rule3,
-                )
-                regressed = run_bench(request, engine)
+                regressed = run_bench(request)
         except KeyboardInterrupt:
             kept = out / RECORDS_NAME
             where = f"the finished utterances are in {kept}" if kept.is_file() else "nothing ran"
@@ -205,15 +146,13 @@ def register(app: typer.Typer) -> None:
 
 @dataclass(frozen=True)
 class BenchRequest:
-    """What `streamasr bench` was asked to do, apart from the engine options."""
+    """What `streamasr bench` was asked to do: the shared model options group, and the
+    settings to sweep (which the group leaves to bench)."""
 
     dataset: Path
-    model: str | None = None
-    chunk: str | None = None
+    model_options: ModelOptions = ModelOptions()
+    chunk: str | None = None  # "16,32"
     att_context_size: str | None = None  # "70,1/70,13"
-    backend: str | None = None
-    device: str = "cpu"
-    decoder: str | None = None
     limit: int | None = None
     metric: str = "auto"
     realtime: bool = False
@@ -223,17 +162,12 @@ class BenchRequest:
     baseline: Path | None = None
     fail_on: str | None = None
     plot: Path | None = None
-    prefer_int8: bool = True
-    block_ms: float | None = None
-    tail_padding_s: float = 0.66
-    onset_dbfs: float | None = None  # None: relative to the measured noise floor
 
     def check(self) -> None:
         """Refuse impossible combinations before anything is loaded."""
         from streamasr.bench.metrics import METRICS
         from streamasr.bench.sweep import parse_att_list, parse_int_list
 
-        check_stream_numbers(self.block_ms, self.tail_padding_s)
         for chunk in parse_int_list(self.chunk, "--chunk"):
             check_number("--chunk", chunk, *CHUNK_RANGE, "50 Hz frames (16 = 320 ms)")
         if parse_att_list(self.att_context_size) != [None] and self.chunk:
@@ -243,7 +177,6 @@ class BenchRequest:
             )
         for n in self.stream_counts():
             check_number("--streams", n, 1, MAX_STREAMS, "(streams decoded in one batch)")
-        onset_options(self.onset_dbfs)
         if self.limit is not None and self.limit < 1:
             raise UsageError(f"--limit must be at least 1, got {self.limit}")
         from streamasr.bench.workers import check_workers
@@ -264,37 +197,41 @@ class BenchRequest:
         return sorted(v for v in values if v is not None) or [1]
 
 
-def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
+def run_bench(request: BenchRequest) -> bool:
     """Validate everything, run every setting, write and show results; True on regression."""
-    from streamasr.backends.base import NemoOptions, SherpaOptions
+    from streamasr.backends.registry import choose_backend
     from streamasr.bench import report
     from streamasr.bench.datasets import load_dataset
     from streamasr.bench.metrics import info_metric
     from streamasr.bench.outdir import RecordLog, check_out
     from streamasr.bench.runner import RunOptions
     from streamasr.bench.sweep import parse_att_list, parse_int_list, plan_settings, run_setting
-    from streamasr.stream import StreamOptions
+    from streamasr.commands.options import (
+        backend_and_device,
+        check_engine_fit,
+        engine_options,
+        stream_options,
+    )
 
+    group = request.model_options
     request.check()
+    stream = stream_options(group, paced=request.realtime)
+    engine = engine_options(group)
+    backend, _ = backend_and_device(group)
+    chunks = parse_int_list(request.chunk, "--chunk")
+    atts = parse_att_list(request.att_context_size)
+    # --chunk on a NeMo model, --att-context-size on a sherpa-onnx one: refused before loading
+    check_engine_fit(
+        replace(group, chunk=chunks[0], att_context_size=request.att_context_size),
+        choose_backend(group.model, backend).name,
+    )
     if request.plot is not None:
         from streamasr.bench.plot import require_matplotlib
 
         require_matplotlib()
     rules = report.parse_fail_on(request.fail_on) if request.fail_on else []
     baseline = report.load_baseline(request.baseline) if request.baseline else None
-    engine = replace(
-        engine,
-        device=request.device,
-        sherpa=SherpaOptions(prefer_int8=request.prefer_int8),
-        nemo=NemoOptions(decoder=request.decoder),
-    )
-    settings = plan_settings(
-        request.model,
-        engine,
-        parse_int_list(request.chunk, "--chunk"),
-        parse_att_list(request.att_context_size),
-        request.backend,
-    )
+    settings = plan_settings(group.model, engine, chunks, atts, backend)
     data = load_dataset(request.dataset).limited(request.limit)
     if not data.utterances:
         raise DatasetError(
@@ -304,19 +241,8 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
     info = settings[0].recognizer.info
     metric = request.metric
     if metric == "auto":
-        metric = info_metric(info, request.model)
-    block_s = request.block_ms / 1000 if request.block_ms else None
-    options = RunOptions(
-        StreamOptions(
-            block_s=block_s,
-            tail_padding_s=request.tail_padding_s,
-            paced=request.realtime,
-            onset=onset_options(request.onset_dbfs),
-            endpoint=engine.endpoint,
-        ),
-        metric=metric,
-        realtime=request.realtime,
-    )
+        metric = info_metric(info, group.model)
+    options = RunOptions(stream, metric=metric, realtime=request.realtime)
     run = report.run_record(
         {
             "model": info.model_name,
@@ -333,10 +259,10 @@ def run_bench(request: BenchRequest, engine: EngineOptions) -> bool:
             "output_frame_ms": round(info.output_frame_s * 1000, 3),
             "threads": engine.threads,
             "decoding_method": engine.decoding_method,
-            "endpoint": asdict(engine.endpoint),
-            "block_ms": request.block_ms,
-            "tail_padding_s": request.tail_padding_s,
-            "onset_dbfs": request.onset_dbfs,
+            "endpoint": asdict(stream.endpoint),
+            "block_ms": group.block_ms,
+            "tail_padding_s": group.tail_padding_s,
+            "onset_dbfs": group.onset_dbfs,
             "metric": metric,
             "realtime": request.realtime,
             "streams": request.stream_counts(),
