@@ -127,3 +127,40 @@ def test_latency_measure_runs_the_test_backend() -> None:
 def test_engine_options_reach_the_backend() -> None:
     rec = load_recognizer(MODEL, EngineOptions(threads=1), BACKEND)
     assert rec.options.threads == 1
+
+
+def test_mic_runs_the_test_backend_from_an_injected_source() -> None:
+    """`mic`'s own builder and live loop, a 48 kHz stereo headset (PortAudio stream injected)."""
+    import io
+
+    from test_mic import HEADSET, factory
+
+    from streamasr.commands.mic import terminal_output
+    from streamasr.commands.options import ModelOptions, build
+    from streamasr.live import run_capture
+    from streamasr.mic import MicSource
+    from streamasr.render import JsonlRenderer
+
+    recognizer, options = build(ModelOptions(model=MODEL, backend=BACKEND), paced=True)
+    assert recognizer.info.backend == "energy"
+    mono = bursts(48000, [0.5, 1.0, 1.5, 5.0, 5.5], 7.5)  # more than the 7 s captured
+    source = MicSource(HEADSET, recognizer.chunk_s,
+                       stream_factory=factory(np.stack([mono, mono], axis=1)))
+    shown = io.StringIO()
+    summary = run_capture(source, recognizer, options, terminal_output(JsonlRenderer(shown), None),
+                          None, 7.0)
+    assert summary is not None and summary.audio_s == pytest.approx(7.0)
+    records = [json.loads(line) for line in shown.getvalue().splitlines()]
+    finals = [r for r in records if r["type"] == "final"]
+    assert [f["text"] for f in finals] == ["B1 B2 B3", "B1 B2"]
+    # live: the core resampled 48 kHz to the backend's 8 kHz and timed tokens in audio time
+    assert finals[1]["token_times_s"] == pytest.approx([5.0, 5.5], abs=0.02)
+
+
+def test_file_options_reach_the_test_backend_and_the_core(burst_wav: Path) -> None:
+    """--no-endpoint is the core's (one final at the end), --threads the engine's."""
+    done = cli("file", str(burst_wav), "--backend", BACKEND, "--model", MODEL, "-f", "jsonl",
+               "--no-endpoint", "--threads", "2", "--block-ms", "37")
+    assert done.returncode == 0, done.stderr.decode()
+    records = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert [r["text"] for r in records if r["type"] == "final"] == ["B1 B2 B3 B4 B5"]

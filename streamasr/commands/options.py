@@ -111,8 +111,8 @@ _SPECS: tuple[_Spec, ...] = (
     ),
     _Spec(
         "chunk", int | None, ("--chunk",),
-        "Chunk in 50 Hz frames (16 = 320 ms). Selects the sherpa-onnx export with that chunk; "
-        "a chunk the model has no export for is a usage error (exit 2). NeMo models: use "
+        "Chunk in 50 Hz frames (16 = 320 ms). Selects the model export with that chunk; "
+        "a chunk the model has no export for is a usage error (exit 2). For NeMo models use "
         "--att-context-size.",
     ),
     _Spec(
@@ -251,11 +251,11 @@ def backend_and_device(options: ModelOptions) -> tuple[str | None, str]:
                 f"--gpu runs the {GPU_BACKEND} backend; drop --backend {backend} or drop --gpu"
             )
         if device is not None and not device.startswith("cuda"):
-            raise UsageError(f"--gpu runs on CUDA; drop --device {device} or drop --gpu")
+            raise UsageError(f"--gpu runs on CUDA, not on {device}: drop one of the two")
         backend, device = GPU_BACKEND, device or GPU_DEVICE
     device = device or "cpu"
     if device != "cpu" and device != "cuda" and not _cuda_index(device):
-        raise UsageError(f"--device {device!r} is not a device; use cpu, cuda or cuda:N")
+        raise UsageError(f"compute device {device!r} is not known; use cpu, cuda or cuda:N")
     return backend, device
 
 
