@@ -646,7 +646,8 @@ def budget_from_info(info: BackendInfo) -> LatencyBudget:
         BudgetLine(
             "first_step_ms", "audio needed before the first encoder step", first_ms, "ms",
             f"chunk + look-ahead = {_num(chunk_ms)} + {_num(look_ms)}",
-            "if the look-ahead lies past a full first chunk",
+            "if the look-ahead lies past a full first chunk; an engine whose look-ahead lies "
+            "inside its chunk, or whose first chunk is shorter, steps earlier (--measure)",
         ),
         BudgetLine(
             "step_interval_ms", "then one encoder step every", chunk_ms, "ms", "chunk",

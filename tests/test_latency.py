@@ -423,3 +423,60 @@ def test_measure_finds_a_pulled_model_the_way_file_does(tmp_path):
     by_path = _latency_process(home, "--model", str(home / "sherpa-onnx-streaming-zipformer-en-"
                                                       "2023-06-26"), "-f", "json")
     assert by_path.returncode == 0
+
+
+# --- any backend, through the step protocol ---------------------------------------------------
+
+NEMO = Path(__file__).resolve().parent.parent / "models" / "tiny-nemo-streaming"
+
+
+def _latency(*args: str):
+    import os
+    import subprocess
+    import sys
+
+    here = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here), str(here.parent)]))
+    return subprocess.run(
+        [sys.executable, "-m", "streamasr.cli", "latency", *args],
+        env=env, cwd=here.parent, capture_output=True, text=True, timeout=600,
+    )
+
+
+@pytest.mark.parametrize(("att", "chunk_ms", "lookahead_ms"), [("70,1", 160, 80),
+                                                               ("70,13", 1120, 1040)])
+def test_measure_runs_a_nemo_model_at_the_look_ahead_asked_for(att, chunk_ms, lookahead_ms):
+    done = _latency("--model", str(NEMO), "--att-context-size", att, "--measure", "-f", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    lines = {line["key"]: line for line in report["lines"]}
+    assert report["settings"]["backend"] == "nemo"
+    assert report["settings"]["att_context_size"] == att
+    # derived from what the loaded model declares
+    assert (lines["chunk_ms"]["value"], lines["lookahead_ms"]["value"]) == (chunk_ms, lookahead_ms)
+    assert lines["output_frame_ms"]["value"] == 80
+    # measured: one step per chunk; the first chunk is shorter (it holds the look-ahead of
+    # its first frame, with no history before it), so the first step comes within one chunk
+    assert lines["measured_step_interval_ms"]["value"] == chunk_ms
+    first = lines["measured_first_step_ms"]["value"]
+    assert lookahead_ms < first <= chunk_ms
+    assert lines["measured_first_step_ms"]["flagged"]  # unlike chunk + look-ahead
+    assert lines["decode_ms"]["value"] > 0
+
+
+def test_measure_refuses_a_look_ahead_the_model_was_not_trained_with():
+    done = _latency("--model", str(NEMO), "--att-context-size", "70,3", "--measure")
+    assert done.returncode == 2, done.stderr
+    assert "70,13, 70,6, 70,1, 70,0" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_settings_of_the_wrong_engine_are_usage_errors(random_transducer):
+    chunk = _latency("--model", str(NEMO), "--chunk", "16", "--measure")
+    assert chunk.returncode == 2 and "--att-context-size" in chunk.stderr
+    att = _latency("--model", str(random_transducer), "--att-context-size", "70,1", "--measure")
+    assert att.returncode == 2 and "--chunk" in att.stderr
+    energy = _latency("--backend", "energy_backend:BACKEND", "--model", "energy-bursts",
+                      "--att-context-size", "70,1", "--measure")
+    assert energy.returncode == 2 and "energy backend has none" in energy.stderr
+    for done in (chunk, att, energy):
+        assert "Traceback" not in done.stderr
