@@ -27,7 +27,7 @@ class Hypothesis:
 
 @dataclass(frozen=True)
 class EndpointOptions:
-    """sherpa-onnx endpoint rules (seconds).
+    """Endpoint rules (seconds), applied by the core's endpointer as sherpa-onnx counts them.
 
     rule1: end after this much trailing silence even if nothing was recognised;
     rule2: end after this much trailing silence once something was recognised;
@@ -61,7 +61,7 @@ class EngineOptions:
     """Settings of the decoding engine, independent of the audio source.
 
     The neutral part applies to every backend; `sherpa` and `nemo` are read only by theirs.
-    Endpointing is done by the core (streamasr/endpointing.py) with `endpoint`.
+    Endpointing is not the engine's: the core does it (StreamOptions.endpoint).
     """
 
     threads: int = 1  # measured faster than 2 on 2 cores; see commands/common.py
@@ -70,7 +70,6 @@ class EngineOptions:
     max_active_paths: int = 4
     hotwords_file: str = ""
     hotwords_score: float = 1.5
-    endpoint: EndpointOptions = EndpointOptions()
     sherpa: SherpaOptions = SherpaOptions()
     nemo: NemoOptions = NemoOptions()
 

@@ -1,4 +1,5 @@
-"""What every command shares: engine options on the command line, error handling, output."""
+"""What every command shares: number checks, error handling, output (the model options group
+is in options.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from streamasr.backends.base import EndpointOptions, EngineOptions
 from streamasr.errors import InputError, OutputError, StreamAsrError, UsageError
 from streamasr.onset import OnsetOptions
 from streamasr.render import (
@@ -41,60 +41,12 @@ RULE_S_RANGE = (0.01, 3600.0)  # endpoint rules, seconds
 CHUNK_RANGE = (1, 1024)  # 50 Hz frames: 20 ms to 20 s
 HOTWORDS_SCORE_RANGE = (0.0, 100.0)  # bonus per hotword token (log domain)
 
-ModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--model", "-m", help="Bundled model name or a sherpa-onnx model directory."
-    ),
-]
-ChunkOpt = Annotated[
-    int | None,
-    typer.Option(
-        help="Chunk in 50 Hz frames (16 = 320 ms). Selects the model export with that chunk; "
-        "a chunk the model has no export for is a usage error (exit 2)."
-    ),
-]
-Fp32Opt = Annotated[bool, typer.Option("--fp32", help="Use fp32 ONNX files even if int8 exist.")]
 #: Engine threads by default. Measured with the full-size en-2023-06-26 architecture on a
 #: 2-core machine (scripts/perf_report.py): one thread per engine is faster than two, per
 #: stream and for batches, and more engines (bench --workers) use more cores better than more
 #: threads per engine.
 DEFAULT_THREADS = 1
-ThreadsOpt = Annotated[
-    int,
-    typer.Option(
-        help="CPU threads for the engine. Default 1: on a 2-core machine 2 threads were "
-        "1.4-1.8x slower than 1 for the full-size model and used ~3x the CPU; to use more "
-        "cores run more streams (bench --workers N, --streams N) rather than more threads."
-    ),
-]
-DecodingOpt = Annotated[
-    str, typer.Option(help="greedy_search or modified_beam_search.")
-]
-HotwordsOpt = Annotated[
-    str | None,
-    typer.Option(help="File of hotwords, one per line (needs modified_beam_search)."),
-]
-HotwordsScoreOpt = Annotated[float, typer.Option(help="Bonus per hotword token.")]
-EndpointOpt = Annotated[
-    bool, typer.Option(help="Cut the stream into utterances at silences (endpoint rules).")
-]
-Rule1Opt = Annotated[
-    float,
-    typer.Option(
-        "--rule1", help="Endpoint after this many seconds of silence when nothing was recognised."
-    ),
-]
-Rule2Opt = Annotated[
-    float,
-    typer.Option(
-        "--rule2", help="Endpoint after this many seconds of silence following recognised text."
-    ),
-]
-Rule3Opt = Annotated[
-    float,
-    typer.Option("--rule3", help="Endpoint any utterance longer than this many seconds."),
-]
+
 FormatOpt = Annotated[
     str | None,
     typer.Option(
@@ -104,25 +56,7 @@ FormatOpt = Annotated[
         "jsonl (every event), srt (subtitles).",
     ),
 ]
-BlockOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--block-ms", help="Feed block in ms (how much audio arrives at once); default one chunk."
-    ),
-]
-TailOpt = Annotated[
-    float,
-    typer.Option(help="Seconds of silence appended at end of input so the last words come out."),
-]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log details to stderr.")]
-OnsetOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--onset-dbfs",
-        help="Speech onset for first-token timing at this fixed level (dBFS RMS of 10 ms "
-        "frames) instead of the default: 10 dB above the measured noise floor.",
-    ),
-]
 ONSET_DBFS_RANGE = (-120.0, 0.0)
 RawOpt = Annotated[
     str | None,
@@ -183,30 +117,6 @@ def check_stream_numbers(
 def check_threads(threads: int, option: str = "--threads") -> None:
     """Engine threads: at least one, at most THREADS_MAX."""
     check_number(option, threads, 1, THREADS_MAX, f"(more than {THREADS_MAX} never helps)")
-
-
-def engine_options(
-    threads: int,
-    decoding_method: str,
-    hotwords: str | None,
-    hotwords_score: float,
-    endpoint: bool,
-    rule1: float,
-    rule2: float,
-    rule3: float,
-) -> EngineOptions:
-    """Build engine settings from command-line values, refusing impossible ones."""
-    for name, value in (("--rule1", rule1), ("--rule2", rule2), ("--rule3", rule3)):
-        check_number(name, value, *RULE_S_RANGE, "s")
-    check_threads(threads)
-    check_number("--hotwords-score", hotwords_score, *HOTWORDS_SCORE_RANGE)
-    return EngineOptions(
-        threads=threads,
-        decoding_method=decoding_method,
-        hotwords_file=hotwords or "",
-        hotwords_score=hotwords_score,
-        endpoint=EndpointOptions(enabled=endpoint, rule1_s=rule1, rule2_s=rule2, rule3_s=rule3),
-    )
 
 
 def choose_format(fmt: str | None) -> str:
