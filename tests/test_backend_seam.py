@@ -164,3 +164,28 @@ def test_file_options_reach_the_test_backend_and_the_core(burst_wav: Path) -> No
     assert done.returncode == 0, done.stderr.decode()
     records = [json.loads(line) for line in done.stdout.decode().splitlines()]
     assert [r["text"] for r in records if r["type"] == "final"] == ["B1 B2 B3 B4 B5"]
+
+
+def readme_python_section() -> tuple[str, list[str]]:
+    """The README's "Use it from Python" example and the output it says it prints."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Use it from Python\n", 1)[1].split("\n## ", 1)[0]
+    code_part, rest = section.split("Run from a checkout", 1)
+    code = "\n".join(
+        line[4:] for line in code_part.splitlines() if line.startswith("    ") or not line.strip()
+    )
+    shown = [line[4:] for line in rest.split("\n\n")[1].splitlines()]
+    return code.strip() + "\n", shown
+
+
+def test_readme_python_example_runs_and_prints_what_the_readme_says() -> None:
+    code, shown = readme_python_section()
+    assert "streamasr.open_model(" in code and "model.stream(" in code
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert len(printed) == len(shown) == 2
+    assert printed[0] == shown[0]  # the final with its start and end times, exactly
+    # the summary line: same text; the RTF is a timing and differs from run to run
+    assert printed[1].split(" (RTF")[0] == shown[1].split(" (RTF")[0]
