@@ -162,7 +162,9 @@ class Timing:
 
 def timing(events: Sequence[Event], onset_s: float | None, end_s: float | None) -> Timing:
     """Latencies from a stream's events and the speech span (see the module docstring)."""
-    first = next((e for e in events if isinstance(e, FirstToken)), None)
+    first: FirstToken | Partial | None = next(
+        (e for e in events if isinstance(e, FirstToken)), None
+    )
     if first is None:
         first = next((e for e in events if isinstance(e, Partial) and e.text), None)
     finals = [(i, e) for i, e in enumerate(events) if isinstance(e, Final)]

@@ -176,11 +176,16 @@ def run_setting(
     for n in (n for n in streams if n > 1):
         started = clock()
         batched = run_batched(
-            recognizer, utterances, options, n, lambda r, n=n: on_done(f"{setting.name} x{n}", r)
+            recognizer, utterances, options, n, pass_progress(on_done, f"{setting.name} x{n}")
         )
         sweep.append(compare_batched(setting.name, records, batched, n, clock() - started))
     summary = summarize(records, options.metric, wall_s, sweep or None)
     return setting_record(setting.name, recognizer.info, summary, records)
+
+
+def pass_progress(on_done: Progress, name: str) -> Callable[[UtteranceRecord], None]:
+    """Report each record of a pass under that pass's name."""
+    return lambda record: on_done(name, record)
 
 
 def compare_batched(

@@ -112,7 +112,7 @@ def run_setting_in_workers(
     """
     from streamasr.bench.report import setting_record, summarize
     from streamasr.bench.runner import run_batched, warm_up
-    from streamasr.bench.sweep import compare_batched
+    from streamasr.bench.sweep import compare_batched, pass_progress
 
     started = clock()
     records = run_in_workers(
@@ -129,8 +129,7 @@ def run_setting_in_workers(
         for n in batch_counts:
             started = clock()
             batched = run_batched(
-                recognizer, utterances, options, n,
-                lambda r, n=n: on_done(f"{setting.name} x{n}", r),
+                recognizer, utterances, options, n, pass_progress(on_done, f"{setting.name} x{n}"),
             )
             sweep.append(compare_batched(setting.name, records, batched, n, clock() - started))
     summary = summarize(records, options.metric, wall_s, sweep or None)
