@@ -478,5 +478,7 @@ def test_settings_of_the_wrong_engine_are_usage_errors(random_transducer):
     energy = _latency("--backend", "energy_backend:BACKEND", "--model", "energy-bursts",
                       "--att-context-size", "70,1", "--measure")
     assert energy.returncode == 2 and "energy backend has none" in energy.stderr
-    for done in (chunk, att, energy):
+    cuda = _latency("--model", str(random_transducer), "--device", "cuda", "--measure")
+    assert cuda.returncode == 2 and "run on the CPU" in cuda.stderr
+    for done in (chunk, att, energy, cuda):
         assert "Traceback" not in done.stderr

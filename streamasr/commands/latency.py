@@ -168,6 +168,10 @@ def build_budget(
             f"--att-context-size and --decoder choose a NeMo model's look-ahead and head; "
             f"{model or 'the default model'} is a sherpa-onnx export: use --chunk"
         )
+    if device != "cpu":
+        raise UsageError(
+            f"--device {device}: sherpa-onnx models run on the CPU here; drop --device"
+        )
     return _model_budget(model, chunk, measure, threads, fp32, device)
 
 
