@@ -79,12 +79,15 @@ class SessionOutput:
         self._log(lambda jsonl: jsonl.event(event))
         if isinstance(event, FirstToken):
             self.first_tokens.append(event)
-            self.say(
-                f"utterance {event.segment + 1}: first token "
-                f"{event.wall_latency_s * 1000:.0f} ms after speech onset at {event.onset_s:.2f} s "
-                f"(wall clock; {event.latency_s * 1000:.0f} ms of audio)",
-                "dim",
-            )
+            audio_ms = f"{event.latency_s * 1000:.0f} ms of audio"
+            if event.wall_latency_s is None:  # not paced live: only the audio-time form means much
+                said = f"{audio_ms} after speech onset at {event.onset_s:.2f} s"
+            else:
+                said = (
+                    f"{event.wall_latency_s * 1000:.0f} ms after speech onset at "
+                    f"{event.onset_s:.2f} s (wall clock; {audio_ms})"
+                )
+            self.say(f"utterance {event.segment + 1}: first token {said}", "dim")
 
     def say(self, text: str, tone: Tone = "info") -> None:
         """A message for the person at the microphone."""
@@ -138,10 +141,12 @@ class SessionOutput:
 
 
 def first_token_p50_ms(first_tokens: list[FirstToken]) -> float | None:
-    """Median wall-clock first-token latency over utterances (None: no utterance had text)."""
-    if not first_tokens:
+    """Median wall-clock first-token latency over utterances (None: no utterance had text, or
+    none was timed on the wall clock because the audio was not paced live)."""
+    walls = [ev.wall_latency_s for ev in first_tokens if ev.wall_latency_s is not None]
+    if not walls:
         return None
-    return statistics.median(ev.wall_latency_s for ev in first_tokens) * 1000
+    return statistics.median(walls) * 1000
 
 
 class CaptureClock:

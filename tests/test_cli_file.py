@@ -227,3 +227,37 @@ def test_long_file_streams_in_constant_memory(tmp_path: Path) -> None:
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def test_file_mic_and_bench_share_one_model_options_group() -> None:
+    """Every option of the group, with its one help text, in each command's --help."""
+    from streamasr.commands.options import _SPECS
+
+    env_columns = {"COLUMNS": "400"}
+    helps = {}
+    for command in ("file", "mic", "bench"):
+        done = CliRunner().invoke(app, [command, "--help"], env=env_columns)
+        assert done.exit_code == 0, done.output
+        helps[command] = re.sub(r"[\s│]+", " ", done.output)
+    for spec in _SPECS:
+        for command, text in helps.items():
+            if command == "bench" and spec.field in ("chunk", "att_context_size"):
+                continue  # bench sweeps these itself (lists of values)
+            name = spec.decls[0].split("/")[0]
+            if command == "mic" and spec.field == "device":
+                name = "--compute-device"  # mic's --device is the microphone
+            assert f" {name} " in text, (command, name)
+            assert re.sub(r"\s+", " ", spec.help).replace("\\[", "[") in text, (command, name)
+
+
+def test_options_group_refuses_bad_values_before_loading(speech_16k: Path) -> None:
+    for args, message in [
+        (["--rule2", "nan"], "--rule2 nan: use a number"),
+        (["--threads", "0"], "--threads 0: use a number"),
+        (["--block-ms", "0.5"], "--block-ms 0.5: use a number"),
+        (["--onset-dbfs", "5"], "--onset-dbfs 5: use a level"),
+        (["--hotwords-score", "-1"], "--hotwords-score -1: use a number"),
+    ]:
+        result = invoke(str(speech_16k), *MODEL, *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output, (args, result.output)

@@ -24,9 +24,9 @@ from test_mic import HEADSET, factory
 from streamasr.backends.base import EngineOptions
 from streamasr.backends.sherpa import SherpaRecognizer
 from streamasr.commands.mic import terminal_output
-from streamasr.live import run_capture
 from streamasr.events import Partial, StreamSummary
 from streamasr.level import FULL_SCALE, LevelMeter, LevelOptions, dbfs, peak_dbfs
+from streamasr.live import run_capture
 from streamasr.mic import MicSource
 from streamasr.modeldir import resolve_model
 from streamasr.render import JsonlRenderer, LiveRenderer, meter_text

@@ -25,9 +25,9 @@ import soundfile as sf
 from streamasr.audio import FileSource
 from streamasr.backends.sherpa import SherpaRecognizer
 from streamasr.commands.mic import format_devices, terminal_output
-from streamasr.live import first_token_p50_ms, run_capture
 from streamasr.errors import DependencyError, DeviceError, OutputError, UsageError
 from streamasr.events import FirstToken
+from streamasr.live import first_token_p50_ms, run_capture
 from streamasr.mic import (
     AudioWriter,
     DeviceInfo,
@@ -607,3 +607,38 @@ def test_decoding_slower_than_real_time_is_reported_with_the_backlog(
     assert backlog >= 1.0
     assert summary is not None and summary.audio_s == pytest.approx(2.0)
     assert "max backlog" in err
+
+
+def test_the_core_loop_writes_nothing_to_the_terminal_by_itself(
+    recognizer: SherpaRecognizer,
+    speech_48k_stereo: np.ndarray,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """streamasr.live without the command's output: events to the renderer, messages to the
+    "streamasr" logger (or a say callback), nothing printed."""
+    import logging
+
+    from streamasr.live import SessionOutput
+
+    source = MicSource(HEADSET, recognizer.chunk_s, stream_factory=factory(speech_48k_stereo))
+    shown = io.StringIO()
+    said: list[tuple[str, str]] = []
+    caplog.set_level(logging.INFO, logger="streamasr")
+    quiet = SessionOutput(JsonlRenderer(shown), None)
+    summary = run_capture(source, recognizer, StreamOptions(), quiet, None, 2.0)
+    assert summary is not None and summary.text
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+    logged = [r.getMessage() for r in caplog.records if r.name == "streamasr"]
+    assert any(m.startswith("listening: [7] USB Headset") for m in logged)
+    assert any(m.startswith("capture: ") and "input overflows" in m for m in logged)
+    assert '"type": "final"' in shown.getvalue()
+
+    source = MicSource(HEADSET, recognizer.chunk_s, stream_factory=factory(speech_48k_stereo))
+    told = SessionOutput(JsonlRenderer(io.StringIO()), None, lambda text, tone: said.append(
+        (text, tone)))
+    run_capture(source, recognizer, StreamOptions(), told, None, 2.0)
+    assert capsys.readouterr().err == ""
+    assert any(text.startswith("utterance 1: first token") and tone == "dim" for text, tone in said)
+    assert any(text.startswith("first token p50") and tone == "info" for text, tone in said)
