@@ -112,6 +112,8 @@ def test_an_untrained_look_ahead_is_refused_with_the_trained_list() -> None:
         (["--model", NEMO_MODEL, "--chunk", "16"],
          "for this NeMo model the equivalent is --att-context-size"),
         (["--model", "tiny-en", "--decoder", "ctc"], "this is a sherpa-onnx model"),
+        (["--model", NEMO_MODEL, "--decoding-method", "modified_beam_search"],
+         "the NeMo backend decodes with greedy search only"),
         (["--model", NEMO_MODEL, "--decoder", "attention"], "--decoder 'attention': use one of"),
         (["--model", NEMO_MODEL, "--att-context-size", "70"], "give two whole numbers L,R"),
         (["--gpu", "--backend", "sherpa-onnx"], "--gpu runs the nemo backend"),

@@ -316,11 +316,17 @@ def check_engine_fit(options: ModelOptions, backend_name: str) -> None:
             raise UsageError(
                 "--decoder chooses a head of a hybrid NeMo model; this is a sherpa-onnx model"
             )
-    if backend_name == "nemo" and options.chunk is not None:
-        raise UsageError(
-            "--chunk selects a sherpa-onnx export; for this NeMo model the equivalent is "
-            "--att-context-size L,R (chunk R+1 frames of 80 ms)"
-        )
+    if backend_name == "nemo":
+        if options.chunk is not None:
+            raise UsageError(
+                "--chunk selects a sherpa-onnx export; for this NeMo model the equivalent is "
+                "--att-context-size L,R (chunk R+1 frames of 80 ms)"
+            )
+        if options.hotwords or options.decoding_method != "greedy_search":
+            raise UsageError(
+                "the NeMo backend decodes with greedy search only; drop --hotwords and "
+                "--decoding-method (they are for sherpa-onnx transducers)"
+            )
 
 
 def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOptions]:
