@@ -629,6 +629,15 @@ def budget_from_info(info: BackendInfo) -> LatencyBudget:
     look_ms = info.lookahead_s * 1000.0
     frame_ms = info.output_frame_s * 1000.0
     first_ms = chunk_ms + look_ms
+    first_formula = f"chunk + look-ahead = {_num(chunk_ms)} + {_num(look_ms)}"
+    first_note = (
+        "if the look-ahead lies past a full first chunk; an engine whose look-ahead lies "
+        "inside its chunk, or whose first chunk is shorter, steps earlier (--measure)"
+    )
+    if info.first_step_s is not None:
+        first_ms = info.first_step_s * 1000.0
+        first_formula = f"first chunk as the {info.backend} backend derives it from the model"
+        first_note = "a shorter first chunk; later steps come one chunk apart"
     average_ms = first_ms - chunk_ms / 2
     lines = (
         BudgetLine(
@@ -645,9 +654,8 @@ def budget_from_info(info: BackendInfo) -> LatencyBudget:
         ),
         BudgetLine(
             "first_step_ms", "audio needed before the first encoder step", first_ms, "ms",
-            f"chunk + look-ahead = {_num(chunk_ms)} + {_num(look_ms)}",
-            "if the look-ahead lies past a full first chunk; an engine whose look-ahead lies "
-            "inside its chunk, or whose first chunk is shorter, steps earlier (--measure)",
+            first_formula,
+            first_note,
         ),
         BudgetLine(
             "step_interval_ms", "then one encoder step every", chunk_ms, "ms", "chunk",

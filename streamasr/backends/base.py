@@ -94,6 +94,10 @@ class BackendInfo:
     model_files: tuple[Path, ...] = ()
     language: str = ""
     settings: Mapping[str, object] = field(default_factory=dict)
+    # audio the first encoder step needs, derived from the model's configuration, where it
+    # is not one whole chunk plus the look-ahead past it (NeMo: a shorter first chunk whose
+    # look-ahead lies inside it); None: chunk_s + lookahead_s
+    first_step_s: float | None = None
 
 
 class RecognizerStream(Protocol):

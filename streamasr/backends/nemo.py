@@ -323,6 +323,11 @@ class NemoRecognizer:
             lookahead_s=self.lookahead_s,
             token_type="bpe",
             model_files=(self.path,),
+            # the first chunk's last feature frame is complete half an FFT window past its
+            # centre: (first chunk frames - 1) x hop + n_fft / 2
+            first_step_s=round(
+                ((self.first_chunk_feats - 1) * self.hop + self.n_fft // 2) / SAMPLE_RATE, 6
+            ),
             settings={
                 "att_context_size": format_context(self.att_context_size),
                 "decoder": self.decoder,
