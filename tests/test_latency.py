@@ -460,7 +460,9 @@ def test_measure_runs_a_nemo_model_at_the_look_ahead_asked_for(att, chunk_ms, lo
     assert lines["measured_step_interval_ms"]["value"] == chunk_ms
     first = lines["measured_first_step_ms"]["value"]
     assert lookahead_ms < first <= chunk_ms
-    assert lines["measured_first_step_ms"]["flagged"]  # unlike chunk + look-ahead
+    # the backend derives its shorter first chunk: (first chunk frames - 1) x 10 ms + 16 ms
+    assert lines["first_step_ms"]["value"] == first == lookahead_ms + 16
+    assert not lines["measured_first_step_ms"]["flagged"]
     assert lines["decode_ms"]["value"] > 0
 
 
