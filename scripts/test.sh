@@ -24,6 +24,7 @@ python -m pip install -q -c <(echo torch==2.13.0) -e '.[gpu]'
 python -m pip install -q --no-deps zipformer==0.1.3 simple-sentencepiece==0.14 \
     onnxconverter_common==1.16.0
 python -m ruff check .
+python -m mypy
 mkdir -p build
 python -m pytest -q -rs --junitxml=build/junit.xml "$@"
 

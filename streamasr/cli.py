@@ -6,6 +6,7 @@ import errno
 import os
 import signal
 import sys
+from typing import Any
 
 import typer
 from typer.core import TyperOption
@@ -48,7 +49,7 @@ latency_commands.register(app)
 models_commands.register(app)
 
 
-def _flag_type(self: TyperOption, ctx: object) -> str | None:
+def _flag_type(self: TyperOption, ctx: Any) -> str | None:
     """Help shows a flag's type only when it takes a value (`--realtime`, not `<bool>`)."""
     if self.is_flag:
         return None
@@ -119,7 +120,7 @@ def _guard_stdout() -> None:
     if sys.stdout is None:
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 1)
-    sys.stdout = _GuardedStdout(sys.stdout)  # type: ignore[assignment]
+    sys.stdout = _GuardedStdout(sys.stdout)
 
 
 def run(args: list[str] | None = None) -> int:

@@ -115,6 +115,7 @@ def _fields(data: bytes):
     while pos < len(data):
         key, pos = _varint_from(data, pos)
         number, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == 0:
             value, pos = _varint_from(data, pos)
         elif wire == 1 or wire == 5:

@@ -292,7 +292,7 @@ def progress_table(source: str, reading: ProgressReading, width: int) -> Table:
     grid.add_column(width=name_cells, no_wrap=True, overflow="ellipsis")
     grid.add_column(width=bar_cells)
     grid.add_column(width=len(figures_text), no_wrap=True)
-    row = [Text(source, style="bold"), bar, Text(figures_text)]
+    row: list[RenderableType] = [Text(source, style="bold"), bar, Text(figures_text)]
     left = room - name_cells - bar_cells
     if left >= 8 and reading.partial:
         grid.add_column(width=left, no_wrap=True, overflow="ellipsis")

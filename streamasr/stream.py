@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from streamasr.onset import OnsetDetector, OnsetOptions
 from streamasr.resample import StreamResampler
 
 DEFAULT_TAIL_PADDING_S = 0.66
+EventT = TypeVar("EventT", bound=Event)
 
 
 @dataclass(frozen=True)
@@ -268,7 +270,7 @@ class StreamSession:
         self._onsets.rearm(self.audio_s)
         return final
 
-    def _event(self, cls: type[Event], **fields: object) -> Event:
+    def _event(self, cls: type[EventT], **fields: object) -> EventT:
         self._seq += 1
         return cls(
             seq=self._seq,

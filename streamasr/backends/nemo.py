@@ -18,10 +18,11 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from streamasr.backends.base import Hypothesis
+from streamasr.backends.base import BackendInfo, EngineOptions, Hypothesis, RecognizerStream
 from streamasr.backends.nemo_features import IncrementalMel
 from streamasr.errors import DependencyError, ModelError, UsageError
 
@@ -308,10 +309,8 @@ class NemoRecognizer:
         return round(right * self.frame_s, 6)
 
     @property
-    def info(self):
+    def info(self) -> BackendInfo:
         """What the core, bench and renderers need to know about this model."""
-        from streamasr.backends.base import BackendInfo
-
         return BackendInfo(
             backend="nemo",
             model_name=self.path.stem,
@@ -359,24 +358,23 @@ class NemoRecognizer:
             )[0]
         )
 
-    def decode_batch(self, streams: Sequence[NemoStream]) -> list[bool]:
+    def decode_batch(self, streams: Sequence[RecognizerStream]) -> list[bool]:
         """One encoder step over every stream with a chunk ready, batched by window shape.
 
         Streams whose windows have the same length and drop run as one batch on the device.
         """
-        plans = [s.plan() for s in streams]
-        groups: dict[tuple[int, int, int], list[int]] = {}
-        for i, plan in enumerate(plans):
+        ours = [s for s in streams if isinstance(s, NemoStream)]
+        if len(ours) != len(streams):
+            raise TypeError("decode_batch takes streams this recognizer created")
+        plans = [s.plan() for s in ours]
+        groups: dict[tuple[int, int, int], list[tuple[NemoStream, ChunkPlan]]] = {}
+        for stream, plan in zip(ours, plans, strict=True):
             if plan is not None:
                 key = (plan.end - plan.start, plan.drop, plan.new_frames)
-                groups.setdefault(key, []).append(i)
+                groups.setdefault(key, []).append((stream, plan))
         for members in groups.values():
-            self._step([streams[i] for i in members], [plans[i] for i in members])
+            self._step([s for s, _ in members], [p for _, p in members])
         return [p is not None for p in plans]
-
-    def decode_many(self, streams: Sequence[NemoStream]) -> int:
-        """decode_batch as bench's batched runner calls it: how many streams stepped."""
-        return sum(self.decode_batch(streams))
 
     def _step(self, streams: Sequence[NemoStream], plans: Sequence[ChunkPlan]) -> None:
         import torch
@@ -493,7 +491,7 @@ class NemoStream:
         self._consumed = 0  # feature frames read by encoder steps so far
         self._emitted = 0  # encoder output frames so far
         self._finished = False
-        self._resampler = None
+        self._resampler: Any = None  # soxr.ResampleStream once a non-16 kHz block arrives
         self._rate = SAMPLE_RATE
         cache = recognizer.encoder.get_initial_cache_state(
             batch_size=1, device=torch.device(recognizer.device)
@@ -653,7 +651,7 @@ def resolve_model(model: str | None) -> Path:
     return path
 
 
-def _load(model: str | None, options) -> NemoRecognizer:
+def _load(model: str | None, options: EngineOptions) -> NemoRecognizer:
     """The registry's loader: EngineOptions -> NemoRecognizer."""
     nemo_options = getattr(options, "nemo", None)
     device = getattr(options, "device", "cpu")

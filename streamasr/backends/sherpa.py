@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any  # sherpa_onnx's bindings carry no type information
 
 import numpy as np
 
@@ -99,7 +100,7 @@ class SherpaRecognizer:
             self.engine = self._load(files, options, hotword_setup)
 
     @staticmethod
-    def _load(files: ModelFiles, options: EngineOptions, hotword_setup: dict) -> object:
+    def _load(files: ModelFiles, options: EngineOptions, hotword_setup: dict) -> Any:
         import sherpa_onnx
 
         common = dict(
@@ -189,7 +190,7 @@ class SherpaRecognizer:
 class SherpaStream:
     """One sherpa-onnx OnlineStream with the engine it belongs to."""
 
-    def __init__(self, engine: object, vocabulary: Vocabulary | None = None) -> None:
+    def __init__(self, engine: Any, vocabulary: Vocabulary | None = None) -> None:
         self.engine = engine
         self.stream = engine.create_stream()
         self._announced_rate = ENGINE_SAMPLE_RATE
@@ -242,7 +243,7 @@ class SherpaStream:
             segment_start_s=start,
         )
 
-    def _pieces(self, result: object) -> tuple[str, ...]:
+    def _pieces(self, result: Any) -> tuple[str, ...]:
         """The token pieces; a build that hands out half characters keeps the last good ones."""
         try:
             self._last_pieces = tuple(result.tokens)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -96,7 +96,7 @@ def list_models(
         _print_table(rows, cache)
 
 
-def _print_table(rows: list[dict[str, object]], cache: Path) -> None:
+def _print_table(rows: Sequence[Mapping[str, object]], cache: Path) -> None:
     table = Table()
     columns = ("alias", "language", "engine", "kind", "tokens", "chunk", "size", "installed",
                "release name")
