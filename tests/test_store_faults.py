@@ -256,3 +256,24 @@ def test_a_local_nemo_installs_through_the_cli_and_stays_where_it_was(
     listed = json.loads(streamasr(home, "models", "list", "-f", "json").stdout)
     assert {row["name"]: row["installed"] for row in listed["models"]}["mine"] == "yes"
     assert streamasr(home, "models", "verify", "mine").returncode == 0
+
+
+def test_a_pulled_nemo_model_runs_by_its_name(server: ArchiveServer, cache: Path) -> None:
+    """The real tiny NeMo model, pulled under a name of its own, is found by that name and
+    run by the NeMo backend without --backend: the store and the registry agree."""
+    model = Path(__file__).resolve().parent.parent / "models" / "tiny-nemo-streaming"
+    data = (model / "tiny-nemo-streaming.nemo").read_bytes()
+    url = server.serve("/tiny-nemo-streaming.nemo", data)
+    store.pull("my-nemo", url=url, sha256=hashlib.sha256(data).hexdigest(), **fast())
+    clip = Path(__file__).resolve().parent.parent / "models" / "tiny-en" / "test_wavs" / "4.wav"
+    done = streamasr(cache, "file", str(clip), "--model", "my-nemo", "--device", "cpu",
+                     "--att-context-size", "70,1", "--format", "jsonl", timeout=300)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    finals = [r for r in records if r["type"] == "final"]
+    assert finals and all(r["text"] for r in finals)
+    times = [t for r in finals for t in r["token_times_s"]]
+    assert times and all(abs(t / 0.08 - round(t / 0.08)) < 1e-6 for t in times)  # 80 ms frames
+    missing = streamasr(cache, "file", str(clip), "--model", "parakeet-eou-120m")
+    assert missing.returncode == 1
+    assert "streamasr models pull parakeet-eou-120m" in missing.stderr
