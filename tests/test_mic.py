@@ -614,6 +614,7 @@ def test_the_core_loop_writes_nothing_to_the_terminal_by_itself(
     speech_48k_stereo: np.ndarray,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """streamasr.live without the command's output: events to the renderer, messages to the
     "streamasr" logger (or a say callback), nothing printed."""
@@ -625,6 +626,13 @@ def test_the_core_loop_writes_nothing_to_the_terminal_by_itself(
     shown = io.StringIO()
     said: list[tuple[str, str]] = []
     caplog.set_level(logging.INFO, logger="streamasr")
+    # a CLI test earlier in this process may have given the logger a stderr handler (as the
+    # command does); the core's own behaviour is what is checked here, so take it off
+    cli_handlers = logging.getLogger("streamasr").handlers
+    monkeypatch.setattr(
+        logging.getLogger("streamasr"), "handlers",
+        [h for h in cli_handlers if h is caplog.handler],
+    )
     quiet = SessionOutput(JsonlRenderer(shown), None)
     summary = run_capture(source, recognizer, StreamOptions(), quiet, None, 2.0)
     assert summary is not None and summary.text
