@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -78,3 +79,16 @@ def speech_stereo_44k(speech_22k: Path) -> Path:
         check=True,
     )
     return path
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """NeMo tests run torch on one thread: its default two threads spin against each other on
+    a busy 2-core machine (the tiny model's steps ran tens of times slower), and one thread is
+    what a CI runner can count on."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

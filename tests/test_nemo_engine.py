@@ -16,16 +16,8 @@ REPO = Path(__file__).resolve().parent.parent
 STREAMING = REPO / "models" / "tiny-nemo-streaming" / "tiny-nemo-streaming.nemo"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """torch's default two threads spin against each other on a busy 2-core machine (the
-    tiny model's steps ran tens of times slower); one thread is what a CI runner can count on."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# one torch thread for every test here (the fixture in conftest.py says why)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_untrained_lookahead_is_refused_with_the_trained_list():

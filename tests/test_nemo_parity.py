@@ -30,16 +30,8 @@ LOOKAHEADS = [(70, 13), (70, 6), (70, 1), (70, 0)]
 FRAME_TOL = 1e-4  # float32 summation order differs between a chunk and the whole utterance
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """torch's default two threads spin against each other on a busy 2-core machine (the
-    tiny model's steps ran tens of times slower); one thread is what a CI runner can count on."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# one torch thread for every test here (the fixture in conftest.py says why)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
