@@ -18,13 +18,13 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from streamasr.backends.base import BackendInfo, EngineOptions, Hypothesis, RecognizerStream
 from streamasr.backends.nemo_features import IncrementalMel
 from streamasr.errors import DependencyError, ModelError, UsageError
+from streamasr.resample import StreamResampler
 
 log = logging.getLogger("streamasr")
 
@@ -491,8 +491,7 @@ class NemoStream:
         self._consumed = 0  # feature frames read by encoder steps so far
         self._emitted = 0  # encoder output frames so far
         self._finished = False
-        self._resampler: Any = None  # soxr.ResampleStream once a non-16 kHz block arrives
-        self._rate = SAMPLE_RATE
+        self._resampler: StreamResampler | None = None  # once a non-16 kHz block arrives
         cache = recognizer.encoder.get_initial_cache_state(
             batch_size=1, device=torch.device(recognizer.device)
         )
@@ -513,15 +512,10 @@ class NemoStream:
             return
         samples = np.asarray(samples, np.float32)
         if sample_rate != SAMPLE_RATE:
-            if self._resampler is None or self._rate != sample_rate:
-                import soxr
-
+            if self._resampler is None or self._resampler.from_hz != sample_rate:
                 log.debug("resampling %d Hz input to %d Hz", sample_rate, SAMPLE_RATE)
-                self._resampler = soxr.ResampleStream(
-                    sample_rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ"
-                )
-                self._rate = sample_rate
-            samples = self._resampler.resample_chunk(samples)
+                self._resampler = StreamResampler(sample_rate, SAMPLE_RATE)
+            samples = self._resampler(samples)
         self._mel.accept(samples)
         self._pull_features()
 
@@ -530,7 +524,7 @@ class NemoStream:
         if self._finished:
             return
         if self._resampler is not None:
-            self._mel.accept(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+            self._mel.accept(self._resampler.flush())
         self._mel.finish()
         self._pull_features()
         self._finished = True
