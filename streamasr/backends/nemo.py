@@ -585,11 +585,6 @@ class NemoStream:
 
     # ----- results -----
 
-    @property
-    def frames_emitted(self) -> int:
-        """Encoder output frames computed so far (80 ms each)."""
-        return self._emitted
-
     def token_ids(self) -> tuple[int, ...]:
         """Token ids of the open segment."""
         return tuple(self._ids)
@@ -610,10 +605,6 @@ class NemoStream:
             # the first chunk is shorter than the rest: the endpointer needs what was decoded
             segment_decoded_s=round((self._emitted - self._segment_start_frame) * frame_s, 6),
         )
-
-    def is_endpoint(self) -> bool:
-        """True once the model emitted its end-of-utterance token (only models with one)."""
-        return self._eou
 
     def reset(self) -> None:
         """Start a new segment; audio, features, encoder caches and decoder state carry on."""
