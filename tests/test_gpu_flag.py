@@ -21,12 +21,15 @@ TRAINED = "70,13, 70,6, 70,1, 70,0"
 GPU_EXTRA = "pip install 'streamasr[gpu]'"
 
 
-def cli(*args: str, python_prefix: str = "") -> subprocess.CompletedProcess:
-    """The CLI in a fresh process; `python_prefix` runs first in it (to hide a package)."""
+def cli(
+    *args: str, python_prefix: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """The CLI in a fresh process; `python_prefix` runs first in it (to hide a package), and
+    `env` adds environment variables (e.g. a cache of its own)."""
     code = python_prefix + "from streamasr.cli import main; main()"
     return subprocess.run(
         [sys.executable, "-c", code, *args],
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        env=dict(os.environ, PYTHONPATH=str(REPO), **(env or {})),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -134,3 +137,20 @@ def test_mic_takes_the_engine_device_as_compute_device() -> None:
     assert "compute device 'tpu' is not known" in one_error_line(done)
     gpu = cli("mic", "--gpu", "--compute-device", "cpu")
     assert gpu.returncode == 2 and "--gpu runs on CUDA, not on cpu" in one_error_line(gpu)
+
+
+def test_gpu_without_a_model_runs_the_default_released_model_or_says_how_to_get_it(
+    tmp_path: Path,
+) -> None:
+    """`streamasr file x.wav --gpu` names no model: the NeMo default is NVIDIA's released
+    multi-look-ahead model. Without CUDA that is said first; on the CPU, an empty cache
+    says how to pull it."""
+    env_home = {"STREAMASR_HOME": str(tmp_path / "empty-cache")}
+    if not cuda_here():
+        gpu = cli("file", WAV, "--gpu", env=env_home)
+        assert gpu.returncode == 1 and "CUDA is not available" in one_error_line(gpu)
+    cpu = cli("file", WAV, "--backend", "nemo", "--device", "cpu", env=env_home)
+    assert cpu.returncode == 1, cpu.stderr
+    line = one_error_line(cpu)
+    assert "streamasr models pull stt_en_fastconformer_hybrid_large_streaming_multi" in line
+

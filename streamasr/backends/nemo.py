@@ -614,10 +614,15 @@ class NemoStream:
         self._eou = False
 
 
+#: what `--gpu` / `--backend nemo` run without --model: NVIDIA's released hybrid model with
+#: four trained look-aheads, once pulled (`streamasr models pull nemo-fastconformer-multi`)
+DEFAULT_MODEL = "stt_en_fastconformer_hybrid_large_streaming_multi"
+
+
 def resolve_model(model: str | None) -> Path:
-    """A .nemo file, or a folder holding exactly one (as the model store installs them)."""
-    if not model:
-        raise UsageError("the NeMo backend needs --model: a .nemo file or a folder with one")
+    """A .nemo file, a folder holding exactly one (as the model store installs them), or a
+    catalog or pulled name; without one, the default released model if it was pulled."""
+    model = model or DEFAULT_MODEL
     path = Path(model)
     if not path.exists():
         from streamasr import catalog, store
@@ -640,6 +645,7 @@ def _load(model: str | None, options: EngineOptions) -> NemoRecognizer:
     """The registry's loader: EngineOptions -> NemoRecognizer."""
     nemo_options = getattr(options, "nemo", None)
     device = getattr(options, "device", "cpu")
+    check_device(device)  # a missing CUDA or NeMo is said before anything about the model
     return NemoRecognizer(
         resolve_model(model),
         device=device,
