@@ -172,15 +172,31 @@ def run_setting(
         recognizer, utterances, options, lambda r: on_done(setting.name, r), clock=clock
     )
     wall_s = clock() - started
+    sweep = batched_passes(setting, records, utterances, options, streams, on_done, clock)
+    summary = summarize(records, options.metric, wall_s, sweep or None)
+    return setting_record(setting.name, recognizer.info, summary, records)
+
+
+def batched_passes(
+    setting: Setting,
+    records: Sequence[UtteranceRecord],
+    utterances: Sequence[Utterance],
+    options: RunOptions,
+    streams: Sequence[int],
+    on_done: Progress,
+    clock: Callable[[], float],
+) -> list[dict[str, Any]]:
+    """Each `streams` value above 1: decode the set in batches of that many on the setting's
+    engine and compare with the one-stream `records` (`compare_batched`)."""
     sweep = []
     for n in (n for n in streams if n > 1):
         started = clock()
         batched = run_batched(
-            recognizer, utterances, options, n, pass_progress(on_done, f"{setting.name} x{n}")
+            setting.recognizer, utterances, options, n,
+            pass_progress(on_done, f"{setting.name} x{n}"),
         )
         sweep.append(compare_batched(setting.name, records, batched, n, clock() - started))
-    summary = summarize(records, options.metric, wall_s, sweep or None)
-    return setting_record(setting.name, recognizer.info, summary, records)
+    return sweep
 
 
 def pass_progress(on_done: Progress, name: str) -> Callable[[UtteranceRecord], None]:

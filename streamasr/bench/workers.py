@@ -17,12 +17,15 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamasr.backends.base import EngineOptions
 from streamasr.bench.datasets import Utterance
 from streamasr.bench.runner import RunOptions, UtteranceRecord, run_utterance
 from streamasr.errors import UsageError
+
+if TYPE_CHECKING:
+    from streamasr.bench.sweep import Setting
 
 log = logging.getLogger("streamasr")
 
@@ -95,11 +98,11 @@ def run_in_workers(
 
 
 def run_setting_in_workers(
-    setting: Any,
+    setting: Setting,
     engine: EngineOptions,
     utterances: Sequence[Utterance],
     options: RunOptions,
-    streams: Any = (1,),
+    streams: Sequence[int] = (1,),
     on_done: Callable[[str, UtteranceRecord], None] = lambda name, record: None,
     workers: int = 1,
     clock: Callable[[], float] = time.perf_counter,
@@ -111,8 +114,8 @@ def run_setting_in_workers(
     engine, after the workers are done, and are compared with the one-stream records.
     """
     from streamasr.bench.report import setting_record, summarize
-    from streamasr.bench.runner import run_batched, warm_up
-    from streamasr.bench.sweep import compare_batched, pass_progress
+    from streamasr.bench.runner import warm_up
+    from streamasr.bench.sweep import batched_passes
 
     started = clock()
     records = run_in_workers(
@@ -120,18 +123,10 @@ def run_setting_in_workers(
         lambda r: on_done(setting.name, r),
     )
     wall_s = clock() - started
-    stream_counts = [streams] if isinstance(streams, int) else list(streams)
-    sweep = []
-    batch_counts = [n for n in stream_counts if n > 1]
     recognizer = setting.recognizer
-    if batch_counts:
+    if any(n > 1 for n in streams):
         warm_up(recognizer)
-        for n in batch_counts:
-            started = clock()
-            batched = run_batched(
-                recognizer, utterances, options, n, pass_progress(on_done, f"{setting.name} x{n}"),
-            )
-            sweep.append(compare_batched(setting.name, records, batched, n, clock() - started))
+    sweep = batched_passes(setting, records, utterances, options, streams, on_done, clock)
     summary = summarize(records, options.metric, wall_s, sweep or None)
     summary["workers"] = workers
     return setting_record(setting.name, recognizer.info, summary, records)
