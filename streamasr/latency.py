@@ -67,18 +67,10 @@ def _exports_of(entry: catalog.CatalogEntry) -> tuple[PublishedExport, ...]:
     )
 
 
-#: Views of the catalog, by release name and by alias (the catalog is the one table).
-PUBLISHED_EXPORTS: dict[str, tuple[PublishedExport, ...]] = {
-    entry.name: _exports_of(entry) for entry in catalog.CATALOG if entry.exports
-}
+#: A view of the catalog, alias to release name (the catalog is the one table).
 PUBLISHED_ALIASES: dict[str, str] = {
     alias: entry.name for entry in catalog.CATALOG for alias in entry.aliases
 }
-
-
-def is_published_name(name: str) -> bool:
-    """True when `name` is a released model's short or full name (any catalog entry)."""
-    return catalog.find(name) is not None
 
 
 def published_export(name: str, chunk: int | None = None) -> PublishedExport:
@@ -757,7 +749,6 @@ __all__ = [
     "EngineTiming",
     "LatencyBudget",
     "PUBLISHED_ALIASES",
-    "PUBLISHED_EXPORTS",
     "PublishedExport",
     "budget_for_zipformer2_chunk",
     "budget_from_info",
@@ -765,7 +756,6 @@ __all__ = [
     "budget_from_published",
     "catalog_budget",
     "chunk_budget",
-    "is_published_name",
     "measure_engine",
     "nemo_budget",
     "published_export",
