@@ -115,10 +115,6 @@ class RecognizerStream(Protocol):
         """
         ...
 
-    def text(self) -> str:
-        """Current text only: cheap enough to ask after every encoder step."""
-        ...
-
     def hypothesis(self) -> Hypothesis:
         """Text, tokens and absolute token times of the open segment."""
         ...

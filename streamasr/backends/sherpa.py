@@ -220,12 +220,6 @@ class SherpaStream:
         self.engine.decode_stream(self.stream)
         return True
 
-    def text(self) -> str:
-        """Current text of the open segment, whole characters only."""
-        if self._from_pieces:
-            return self._assembled(self._pieces(self.engine.get_result_all(self.stream))).text
-        return tidy_spacing(self.engine.get_result(self.stream))
-
     def hypothesis(self) -> Hypothesis:
         """Current text, tokens and absolute token times."""
         result = self.engine.get_result_all(self.stream)
