@@ -289,21 +289,20 @@ def pull(
                     source_path, target, remove_on_mismatch=archive is None
                 )
                 say("unpacking" if target.file_name is None else "installing")
+                source_bytes = source_path.stat().st_size
                 manifest = {
                     "format": MANIFEST_FORMAT,
                     "name": target.name,
                     "source": source_label,
                     "archive_sha256": archive_sha,
-                    "archive_bytes": source_path.stat().st_size,
+                    "archive_bytes": source_bytes,
                     "archive_checksum": target.checksum_source or "recorded",
                     "installed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "streamasr_version": __version__,
                 }
-                cap = unpacked_cap_bytes(
-                    target, manifest["archive_bytes"], max_unpacked_mb  # type: ignore[arg-type]
-                )
                 directory, files = _install(
-                    source_path, root, final, target, force, manifest, cap,
+                    source_path, root, final, target, force, manifest,
+                    unpacked_cap_bytes(target, source_bytes, max_unpacked_mb),
                     move_source=archive is None,
                 )
             except _Corrupt as exc:
