@@ -38,10 +38,8 @@ FBANK_WINDOW_MS = 25.0
 #: With snip_edges=false a frame is centred on its 10 ms shift, so its window reaches this
 #: far past the shift's end: (25 - 10) / 2 = 7.5 ms.
 FBANK_TAIL_MS = (FBANK_WINDOW_MS - FBANK_SHIFT_MS) / 2
-CHUNK_FRAME_MS = 20.0  # icefall counts --chunk in 50 Hz frames
 ZIPFORMER_OUTPUT_MS = 40.0  # 25 Hz encoder output: 2x front end, 2x output downsampling
-ZIPFORMER2_PAD_FRAMES = 13  # 7 for the subsampling convs + 2 * 3 for ConvNeXt
-ZIPFORMER_PAD_FRAMES = 7  # zipformer (v1): the subsampling convs only
+# --chunk's 20 ms frames and the Zipformer look-ahead pads are the catalog's constants.
 
 
 @dataclass(frozen=True)
@@ -247,9 +245,9 @@ def zipformer_budget(
     best_ms = look_ms + tail
     average_ms = look_ms + tail + chunk_ms / 2
     chunk50 = decode_chunk_len / 2
-    if pad == ZIPFORMER2_PAD_FRAMES:
+    if pad == catalog.ZIPFORMER2_PAD:
         pad_note = "7 frames for the subsampling convs + 2 x 3 for ConvNeXt"
-    elif pad == ZIPFORMER_PAD_FRAMES:
+    elif pad == catalog.ZIPFORMER_PAD:
         pad_note = "7 frames for the subsampling convs"
     else:
         pad_note = ""
@@ -300,7 +298,7 @@ def zipformer_budget(
         lines.append(
             BudgetLine(
                 "left_context_s", "left context (attention history)",
-                left_context * CHUNK_FRAME_MS / 1000, "s",
+                left_context * catalog.CHUNK_FRAME_MS / 1000, "s",
                 f"left_context_len x 20 ms = {left_context} x 20 ms",
                 f"= {_num(left_context / chunk50)} chunks",
             )
@@ -336,8 +334,9 @@ def budget_for_zipformer2_chunk(chunk: int) -> LatencyBudget:
     """Textbook zipformer2 arithmetic for `--chunk N` when no model is given."""
     if chunk < 1:
         raise UsageError(f"--chunk {chunk}: use a positive number of 50 Hz frames, e.g. 16")
+    export = catalog.zipformer2(chunk, 0)
     budget = zipformer_budget(
-        2 * chunk, 2 * chunk + ZIPFORMER2_PAD_FRAMES,
+        export.decode_chunk_len, export.T,
         source="no model read: decode_chunk_len = 2 x chunk, T = decode_chunk_len + 13",
     )
     return budget
