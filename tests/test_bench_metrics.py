@@ -12,7 +12,6 @@ import pytest
 
 from streamasr.bench.metrics import (
     ErrorCounts,
-    language_metric,
     model_metric,
     normalize_text,
     percentiles,
@@ -79,15 +78,6 @@ def test_chinese_cer_counts_characters() -> None:
 
 def test_cer_on_mixed_text_counts_letters_too() -> None:
     assert score("用 Python", "用 python", "cer") == ErrorCounts(7, 0, 0, 0)
-
-
-def test_language_metric_from_tokens(tmp_path: Path) -> None:
-    zh = tmp_path / "zh.txt"
-    zh.write_text("<blk> 0\n今 1\n天 2\n好 3\n▁THE 4\n", encoding="utf-8")
-    en = tmp_path / "en.txt"
-    en.write_text("<blk> 0\n▁THE 1\nS 2\n▁A 3\n", encoding="utf-8")
-    assert language_metric(str(zh)) == "cer"
-    assert language_metric(str(en)) == "wer"
 
 
 def kind(tokens: Path) -> str:

@@ -259,20 +259,6 @@ def info_metric(info: BackendInfo, model: str | None = None) -> str:
     return model_metric(name, info.token_type)
 
 
-def language_metric(tokens_file: str) -> str:
-    """'cer' when most of a model's tokens are CJK characters (a Chinese/Japanese model)."""
-    cjk = total = 0
-    with open(tokens_file, encoding="utf-8") as handle:
-        for line in handle:
-            symbol = line.rsplit(maxsplit=1)[0] if " " in line.strip() else line.strip()
-            if not symbol or symbol.startswith("<"):
-                continue
-            total += 1
-            if any(_is_cjk(c) for c in symbol):
-                cjk += 1
-    return "cer" if total and cjk / total > 0.5 else "wer"
-
-
 def _is_cjk(char: str) -> bool:
     code = ord(char)
     return (
