@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from streamasr.events import Endpoint, Event, Final, FirstToken, Partial
+from streamasr.tokens import is_cjk
 
 if TYPE_CHECKING:
     from streamasr.backends.base import BackendInfo
@@ -75,7 +76,7 @@ def scoring_units(text: str, metric: str) -> list[str]:
         for word in normalized.split():
             run = ""
             for char in word:
-                if _is_cjk(char):
+                if is_cjk(char):
                     if run:
                         units.append(run)
                         run = ""
@@ -257,13 +258,3 @@ def info_metric(info: BackendInfo, model: str | None = None) -> str:
 
     name = model if model is not None and find(model) is not None else info.model_name
     return model_metric(name, info.token_type)
-
-
-def _is_cjk(char: str) -> bool:
-    code = ord(char)
-    return (
-        0x4E00 <= code <= 0x9FFF  # CJK unified ideographs
-        or 0x3400 <= code <= 0x4DBF  # extension A
-        or 0x3040 <= code <= 0x30FF  # hiragana, katakana
-        or 0xF900 <= code <= 0xFAFF  # compatibility ideographs
-    )

@@ -20,7 +20,6 @@ throughput), `ms` or `s` for latencies, `%` relative to the baseline value.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import platform
 import re
@@ -37,6 +36,7 @@ from streamasr.bench.datasets import Dataset
 from streamasr.bench.metrics import percentiles, total_counts
 from streamasr.bench.runner import UtteranceRecord
 from streamasr.errors import InputError, UsageError
+from streamasr.store import sha256_file
 
 SCHEMA = "streamasr-bench/1"
 
@@ -100,15 +100,6 @@ def summarize(
 
 def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB pieces."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for piece in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(piece)
-    return digest.hexdigest()
 
 
 def cpu_model() -> str:
