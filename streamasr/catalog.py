@@ -135,6 +135,27 @@ def _nemo_contexts(*rights: int) -> tuple[AttContext, ...]:
     return tuple(AttContext(70, r) for r in rights)
 
 
+def _sherpa_nemo_export(lookahead_ms: int, right: int) -> CatalogEntry:
+    """One of NVIDIA's streaming FastConformer models exported for sherpa-onnx (transducer
+    head): the three releases differ only in their trained look-ahead."""
+    name = f"sherpa-onnx-nemo-streaming-fast-conformer-transducer-en-{lookahead_ms}ms"
+    return CatalogEntry(
+        name=name,
+        aliases=(f"nemo-fc-{lookahead_ms}ms",),
+        url=_release(name),
+        archive_sha256=None,
+        language="en",
+        kind="transducer",
+        token_type="bpe",
+        size_mb=429.0,
+        description=f"NeMo stt_en_fastconformer_hybrid_large_streaming_{lookahead_ms}ms exported "
+        f"for sherpa-onnx (transducer head): att_context_size [70,{right}], {lookahead_ms} ms "
+        "look-ahead.",
+        att_context_sizes=_nemo_contexts(right),
+        params_m=114.0,
+    )
+
+
 CATALOG: tuple[CatalogEntry, ...] = (
     CatalogEntry(
         name="sherpa-onnx-streaming-zipformer-en-2023-06-26",
@@ -228,48 +249,9 @@ CATALOG: tuple[CatalogEntry, ...] = (
         "published: chunk 16 is the recipe's default; `latency --model DIR` reads the real one.",
         exports=(zipformer2(16, 0),),
     ),
-    CatalogEntry(
-        name="sherpa-onnx-nemo-streaming-fast-conformer-transducer-en-80ms",
-        aliases=("nemo-fc-80ms",),
-        url=_release("sherpa-onnx-nemo-streaming-fast-conformer-transducer-en-80ms"),
-        archive_sha256=None,
-        language="en",
-        kind="transducer",
-        token_type="bpe",
-        size_mb=429.0,
-        description="NeMo stt_en_fastconformer_hybrid_large_streaming_80ms exported for "
-        "sherpa-onnx (transducer head): att_context_size [70,1], 80 ms look-ahead.",
-        att_context_sizes=_nemo_contexts(1),
-        params_m=114.0,
-    ),
-    CatalogEntry(
-        name="sherpa-onnx-nemo-streaming-fast-conformer-transducer-en-480ms",
-        aliases=("nemo-fc-480ms",),
-        url=_release("sherpa-onnx-nemo-streaming-fast-conformer-transducer-en-480ms"),
-        archive_sha256=None,
-        language="en",
-        kind="transducer",
-        token_type="bpe",
-        size_mb=429.0,
-        description="NeMo stt_en_fastconformer_hybrid_large_streaming_480ms for sherpa-onnx: "
-        "att_context_size [70,6], 480 ms look-ahead.",
-        att_context_sizes=_nemo_contexts(6),
-        params_m=114.0,
-    ),
-    CatalogEntry(
-        name="sherpa-onnx-nemo-streaming-fast-conformer-transducer-en-1040ms",
-        aliases=("nemo-fc-1040ms",),
-        url=_release("sherpa-onnx-nemo-streaming-fast-conformer-transducer-en-1040ms"),
-        archive_sha256=None,
-        language="en",
-        kind="transducer",
-        token_type="bpe",
-        size_mb=429.0,
-        description="NeMo stt_en_fastconformer_hybrid_large_streaming_1040ms for sherpa-onnx: "
-        "att_context_size [70,13], 1040 ms look-ahead.",
-        att_context_sizes=_nemo_contexts(13),
-        params_m=114.0,
-    ),
+    _sherpa_nemo_export(80, 1),
+    _sherpa_nemo_export(480, 6),
+    _sherpa_nemo_export(1040, 13),
     CatalogEntry(
         name="stt_en_fastconformer_hybrid_large_streaming_multi",
         aliases=("nemo-fastconformer-multi",),
