@@ -83,18 +83,24 @@ def in_namespace_with_tmpfs(mount: Path, options: str, script: str) -> list[str]
     ]
 
 
-def test_read_only_out_is_refused_before_decoding(data: Path, tmp_path: Path) -> None:
-    mount = tmp_path / "ro"
+def bench_out_on_tmpfs(
+    data: Path, mount: Path, options: str, before: str = ""
+) -> subprocess.CompletedProcess:
+    """`streamasr bench --out` on a private tmpfs mounted with `options` (after `before`)."""
     mount.mkdir()
     cli = f"'{sys.executable}' -m streamasr.cli bench '{data / 'manifest.jsonl'}' "
     cli += f"--model tiny-random-transducer --out '{mount}/res'"
-    result = subprocess.run(
-        in_namespace_with_tmpfs(mount, "ro,size=1m", cli),
+    return subprocess.run(
+        in_namespace_with_tmpfs(mount, options, before + cli),
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=300,
     )
+
+
+def test_read_only_out_is_refused_before_decoding(data: Path, tmp_path: Path) -> None:
+    result = bench_out_on_tmpfs(data, tmp_path / "ro", "ro,size=1m")
     assert result.returncode == 1, result.stderr
     assert "read-only file system" in result.stderr and "Traceback" not in result.stderr
     assert "results:" not in result.stderr
@@ -102,17 +108,8 @@ def test_read_only_out_is_refused_before_decoding(data: Path, tmp_path: Path) ->
 
 def test_full_disk_out_is_refused_before_decoding(data: Path, tmp_path: Path) -> None:
     mount = tmp_path / "full"
-    mount.mkdir()
-    fill = f"(head -c 1000000 /dev/zero > '{mount}/fill' 2>/dev/null; true)"
-    cli = f"{fill} && '{sys.executable}' -m streamasr.cli bench '{data / 'manifest.jsonl'}' "
-    cli += f"--model tiny-random-transducer --out '{mount}/res'"
-    result = subprocess.run(
-        in_namespace_with_tmpfs(mount, "size=128k", cli),
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
+    fill = f"(head -c 1000000 /dev/zero > '{mount}/fill' 2>/dev/null; true) && "
+    result = bench_out_on_tmpfs(data, mount, "size=128k", before=fill)
     assert result.returncode == 1, result.stderr
     assert "no space left" in result.stderr and "Traceback" not in result.stderr
     assert "results:" not in result.stderr
