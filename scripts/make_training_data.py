@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -89,16 +90,22 @@ def _render_one(job: tuple[str, str, tts.UtteranceSpec]) -> dict:
 
 
 def write_split(
-    out_dir: Path, specs: list[tts.UtteranceSpec], pool: multiprocessing.pool.Pool
+    out_dir: Path,
+    specs: list,
+    pool: multiprocessing.pool.Pool,
+    worker: Callable[[tuple], dict] = _render_one,
 ) -> float:
-    """Render a split in parallel, writing manifest rows in order as they finish."""
+    """Render a split in parallel, writing manifest rows in order as they finish.
+
+    worker turns (out_dir, rel_path, spec) into a written file and its manifest row.
+    """
     (out_dir / "wavs").mkdir(parents=True, exist_ok=True)
     partial = out_dir / "manifest.jsonl.partial"
     jobs = [(str(out_dir), f"wavs/{i:06d}.wav", spec) for i, spec in enumerate(specs)]
     total_s = 0.0
     start = time.monotonic()
     with partial.open("w", encoding="utf-8") as f:
-        for i, row in enumerate(pool.imap(_render_one, jobs, chunksize=4), start=1):
+        for i, row in enumerate(pool.imap(worker, jobs, chunksize=4), start=1):
             f.write(json.dumps(row) + "\n")
             f.flush()
             total_s += row["duration"]

@@ -94,12 +94,55 @@ SPEC_AUG = True
 # words ("▁WORD", see word_vocab). set_vocab() switches it.
 VOCAB: list[str] = list(TOKENS)
 VOCAB_ID: dict[str, int] = {tok: i for i, tok in enumerate(VOCAB)}
+# With --vocab bpe: the SentencePiece model (its serialized bytes travel in checkpoints).
+BPE: dict[str, object] = {}
+BPE_USER_SYMBOLS = ["<blk>", "<sos/eos>"]  # ids 0 and 1, then <unk> = 2, as icefall's
 
 
-def set_vocab(tokens: list[str]) -> None:
+def set_vocab(tokens: list[str], bpe_model: bytes | None = None) -> None:
     global VOCAB, VOCAB_ID
     VOCAB = list(tokens)
     VOCAB_ID = {tok: i for i, tok in enumerate(VOCAB)}
+    BPE.clear()
+    if bpe_model is not None:
+        import sentencepiece as spm
+
+        BPE["model"] = bpe_model
+        BPE["sp"] = spm.SentencePieceProcessor(model_proto=bpe_model)
+
+
+def train_bpe(texts: list[str], size: int) -> tuple[list[str], bytes]:
+    """A unigram SentencePiece model of `size` pieces over the training transcripts.
+
+    Why pieces: an open vocabulary (any word can be spelled) with far fewer output steps
+    than characters. <blk> is id 0 as the transducer needs; <unk> never occurs in A-Z text.
+    """
+    import io
+
+    import sentencepiece as spm
+
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=proto,
+        vocab_size=size,
+        model_type="unigram",
+        character_coverage=1.0,
+        normalization_rule_name="identity",
+        user_defined_symbols=BPE_USER_SYMBOLS,
+        unk_id=len(BPE_USER_SYMBOLS),
+        bos_id=-1,
+        eos_id=-1,
+        input_sentence_size=1_000_000,
+        num_threads=1,
+        minloglevel=2,
+    )
+    sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())], proto.getvalue()
+
+
+def is_bpe_vocab() -> bool:
+    return "sp" in BPE
 
 
 def word_vocab(texts: list[str]) -> list[str]:
@@ -125,6 +168,9 @@ def text_to_ids(text: str) -> list[int] | None:
     Characters: letters with U+2581 between words. Words: one '▁WORD' token per word.
     """
     ids: list[int] = []
+    if is_bpe_vocab():
+        ids = BPE["sp"].encode(text, out_type=int)  # type: ignore[attr-defined]
+        return None if (not ids or 2 in ids) else ids
     if is_word_vocab(VOCAB):
         for word in text.split():
             if WORD_BOUNDARY + word not in VOCAB_ID:
@@ -394,9 +440,12 @@ def train(args: argparse.Namespace) -> None:
 
     ckpt_path = exp / "checkpoint.pt"
     if args.resume and ckpt_path.exists():
-        set_vocab(torch.load(ckpt_path, weights_only=False)["tokens"])
+        ckpt = torch.load(ckpt_path, weights_only=False)
+        set_vocab(ckpt["tokens"], ckpt.get("bpe_model"))
     elif args.vocab == "words":
         set_vocab(word_vocab(data["texts"]))
+    elif args.vocab == "bpe":
+        set_vocab(*train_bpe(data["texts"], args.bpe_size))
     relabel(data)
     log.info("vocabulary: %s, %d tokens", args.vocab, len(VOCAB))
 
@@ -450,6 +499,7 @@ def train(args: argparse.Namespace) -> None:
                 "torch_rng": torch.get_rng_state(),
                 "arch": ARCH,
                 "tokens": VOCAB,
+                "bpe_model": BPE.get("model"),
                 "args": vars(args),
             },
             tmp,
@@ -594,6 +644,14 @@ def prune_word_vocab(weights: dict, tokens: list[str], keep: set[str]) -> tuple[
     return pruned, [tokens[i] for i in rows]
 
 
+def write_bpe_files(out: Path) -> None:
+    """bpe.model, and bpe.vocab as sherpa-onnx's hotword encoder reads it ('piece score')."""
+    sp = BPE["sp"]
+    (out / "bpe.model").write_bytes(BPE["model"])  # type: ignore[arg-type]
+    lines = [f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size())]  # type: ignore[attr-defined]
+    (out / "bpe.vocab").write_text("".join(lines), encoding="utf-8")
+
+
 def export(args: argparse.Namespace) -> None:
     """Export the EMA (or raw) weights for each chunk size with the package exporter."""
     from make_test_models import export_streaming
@@ -606,7 +664,7 @@ def export(args: argparse.Namespace) -> None:
             weights, tokens = prune_word_vocab(weights, tokens, manifest_words(args.keep_words_of))
         except ValueError as err:
             raise SystemExit(f"export: {err}") from None
-    set_vocab(tokens)
+    set_vocab(tokens, ckpt.get("bpe_model"))
     model = build_model()
     model.load_state_dict({k: v.to(model.state_dict()[k].dtype) for k, v in weights.items()})
     model.eval()
@@ -624,6 +682,8 @@ def export(args: argparse.Namespace) -> None:
             ):
                 f.unlink()  # keep only the int8 encoder/joiner; the decoder stays fp32
     write_tokens(out / "tokens.txt", VOCAB)
+    if is_bpe_vocab():
+        write_bpe_files(out)
     for f in sorted(out.glob("*")):
         if f.is_file():
             digest = hashlib.sha256(f.read_bytes()).hexdigest()
@@ -639,7 +699,8 @@ def main() -> None:
     t.add_argument("--data", type=Path, default=Path("build/tts"))
     t.add_argument("--exp-dir", type=Path, default=Path("build/train"))
     t.add_argument("--resume", action="store_true")
-    t.add_argument("--vocab", choices=("chars", "words"), default="chars")
+    t.add_argument("--vocab", choices=("chars", "words", "bpe"), default="chars")
+    t.add_argument("--bpe-size", type=int, default=256, help="pieces of a --vocab bpe model")
     t.add_argument(
         "--init-from",
         type=Path,
