@@ -56,8 +56,15 @@ def split_sentences(
     return shuffled[start + n_neural :], tests, neural
 
 
-def plan_train(seed: int, texts: list[str], n: int) -> list[tuple[str, str, voices.Style]]:
-    """n utterances cycling through the sentences: an engine by share, a voice, a style."""
+def plan_train(
+    seed: int, texts: list[str], n: int, random_share: float = 0.0
+) -> list[tuple[str, str, voices.Style]]:
+    """n utterances cycling through the sentences: an engine by share, a voice, a style.
+
+    A random_share of them instead speak a random word sequence with numbers
+    (``tts.random_sentence``): sentences hardly ever say "eighty eight thousand", and word
+    lists teach the model to hear each word without leaning on grammar.
+    """
     rng = np.random.default_rng([seed, 2])
     engines = list(voices.ENGINE_SHARE)
     shares = list(voices.ENGINE_SHARE.values())
@@ -66,7 +73,10 @@ def plan_train(seed: int, texts: list[str], n: int) -> list[tuple[str, str, voic
     for i in range(n):
         engine = str(rng.choice(engines, p=shares))
         voice = str(rng.choice(by_engine[engine]))
-        plan.append((voice, texts[i % len(texts)], voices.random_style(rng)))
+        text = texts[i % len(texts)]
+        if random_share and rng.random() < random_share:
+            text = tts.random_sentence(rng)
+        plan.append((voice, text, voices.random_style(rng)))
     return plan
 
 
@@ -118,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train", type=int, default=10000, help="training utterances")
     parser.add_argument("--per-test", type=int, default=150, help="utterances per test set")
     parser.add_argument("--neural", type=int, default=100, help="sentences for a neural voice")
+    parser.add_argument(
+        "--random-share",
+        type=float,
+        default=0.0,
+        help="share of training utterances that speak random word lists with numbers",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     args = parser.parse_args(argv)
@@ -134,10 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     start = time.monotonic()
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
-        for split_id, name in enumerate(TEST_SETS):
+        for split_id, name in enumerate(TEST_SETS if args.per_test else ()):
             plan = plan_test(args.seed, split_id, tests[name], test_voices(name))
             write_split(args.out / name, plan, pool, render_row)
-        plan = plan_train(args.seed, train_texts, args.train)
+        plan = plan_train(args.seed, train_texts, args.train, args.random_share)
         hours = write_split(args.out / "train", plan, pool, render_row) / 3600
     log.info(
         "done: %d train utterances (%.2f h, %d sentences) in %.0f s",

@@ -242,6 +242,25 @@ def load_split(manifest: Path, cache: Path) -> dict:
     return data
 
 
+def load_training_data(dirs: list[Path], exp: Path) -> dict:
+    """The train splits of one or more data folders, features cached per folder, in order."""
+    parts = [
+        load_split(
+            d / "train" / "manifest.jsonl",
+            exp / ("feats-train.pt" if k == 0 else f"feats-train-{k}.pt"),
+        )
+        for k, d in enumerate(dirs)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    merged = {key: [v for part in parts for v in part[key]] for key in LIST_FIELDS}
+    merged["manifest_sha256"] = "+".join(part["manifest_sha256"] for part in parts)
+    return merged
+
+
+LIST_FIELDS = ("feats", "lengths", "labels", "texts", "voices", "speech")
+
+
 def make_batches(lengths: list[int], indices: list[int], max_frames: int, seed: int) -> list:
     """Length-sorted batches of at most max_frames padded frames, in shuffled order."""
     order = sorted(indices, key=lambda i: lengths[i])
@@ -431,7 +450,7 @@ def train(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     exp = args.exp_dir
     exp.mkdir(parents=True, exist_ok=True)
-    data = load_split(args.data / "train" / "manifest.jsonl", exp / "feats-train.pt")
+    data = load_training_data(args.data, exp)
     n_utts = len(data["lengths"])
     dev_idx = [i for i in range(n_utts) if i % args.dev_every == 0]
     train_idx = [i for i in range(n_utts) if i % args.dev_every != 0]
@@ -696,7 +715,13 @@ def main() -> None:
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train")
-    t.add_argument("--data", type=Path, default=Path("build/tts"))
+    t.add_argument(
+        "--data",
+        type=Path,
+        nargs="+",
+        default=[Path("build/tts")],
+        help="data folders (each with train/manifest.jsonl), used together",
+    )
     t.add_argument("--exp-dir", type=Path, default=Path("build/train"))
     t.add_argument("--resume", action="store_true")
     t.add_argument("--vocab", choices=("chars", "words", "bpe"), default="chars")
