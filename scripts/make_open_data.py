@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     if min(args.train, args.per_test, args.neural) < 0 or args.jobs < 1:
         parser.error("--train/--per-test/--neural must be >= 0 and --jobs >= 1")
+    if not 0.0 <= args.random_share <= 1.0:
+        parser.error("--random-share must be between 0 and 1")
     voices.check_tools()
     sentences.check_source()
 
