@@ -147,7 +147,6 @@ def test_bad_set_spec_exits_2_before_any_bench(tmp_path: Path) -> None:
         assert not out.exists()
 
 
-@pytest.mark.skipif(not (LIBRIVOX / "transcription").exists(), reason="pocketsphinx-testdata")
 def test_librivox_manifest(tmp_path: Path) -> None:
     sys.path.insert(0, str(REPO / "scripts"))
     from compare_models import write_librivox_manifest
