@@ -14,7 +14,8 @@ import soundfile as sf
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"
-# words from the trained tiny-en model's vocabulary, so its transcript can be checked
+# plain words any English model should know; what the bundled model makes of them is
+# SPEECH_TRANSCRIPT in test_tiny_en.py
 SPEECH_TEXT = "early see create show life and then mother walk seven nine"
 
 

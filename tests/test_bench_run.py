@@ -28,6 +28,9 @@ from streamasr.stream import StreamOptions
 
 REPO = Path(__file__).resolve().parent.parent
 RANDOM = ["--model", "tiny-random-transducer"]
+# measured on the bundled model: models/tiny-en/README.md. A loose bound on tiny-en's WER on
+# the 3 utterances of make_dataset seed 5 (`data` below): 3 utterances, a tiny model
+TRAINED_WER_BOUND_PCT = 70.0
 runner = CliRunner()
 
 
@@ -313,4 +316,4 @@ def test_trained_model_recognises_synthetic_speech(data: Path, tmp_path: Path) -
     result = invoke(str(data / "librispeech"), "--model", "tiny-en", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "results.json").read_text())["settings"][0]["summary"]
-    assert summary["error_rate_pct"] < 70.0  # a loose bound: 3 utterances, a tiny model
+    assert summary["error_rate_pct"] < TRAINED_WER_BOUND_PCT, summary

@@ -19,6 +19,9 @@ from conftest import REPO, make_dataset
 SCRIPT = REPO / "scripts" / "eval_tiny_model.py"
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
 N_UTTERANCES = 20
+# measured on the bundled model: models/tiny-en/README.md. The fewest of the 20 utterances
+# (make_dataset seed 3) tiny-en must get word for word at chunk 16
+MIN_EXACT_UTTERANCES = N_UTTERANCES // 2
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -77,7 +80,7 @@ def test_same_hypothesis_and_counts_per_utterance(both_runs: tuple[dict, list, d
             assert record["counts"][key] == benched["counts"][key], (record["id"], key)
     # The model really recognises this speech: most utterances come out word for word.
     exact = [r for r in records if r["hypothesis"] == r["reference"]]
-    assert len(exact) >= N_UTTERANCES // 2
+    assert len(exact) >= MIN_EXACT_UTTERANCES, [r["hypothesis"] for r in records]
 
 
 def test_same_corpus_wer(both_runs: tuple[dict, list, dict]) -> None:

@@ -21,6 +21,8 @@ from streamasr.onset import OnsetDetector, OnsetOptions
 REPO = Path(__file__).resolve().parent.parent
 WAVS = REPO / "models" / "tiny-en" / "test_wavs"
 RATE = 16000
+NOISE_FLOOR_DBFS = -34.0  # above a fixed -40 dBFS threshold, well below the speech
+SPEECH_ONSET_S = 0.5  # conftest's speech fixtures start with 0.5 s of silence
 
 
 def db(level_dbfs: float) -> float:
@@ -110,12 +112,27 @@ def test_span_end_is_the_end_of_the_last_loud_frame() -> None:
     assert span.end_s is not None and abs(span.end_s - 1.5) <= 0.02
 
 
-def test_bundled_sample_with_a_noise_floor_has_its_onset_at_the_speech() -> None:
-    """2.wav has a -34 dBFS noise floor; its speech starts about 0.84 s in."""
-    audio, rate = sf.read(WAVS / "2.wav", dtype="float32")
+@pytest.fixture(scope="module")
+def noisy_speech(speech_16k: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """espeak-ng speech with steady noise at NOISE_FLOOR_DBFS from the first sample on."""
+    audio, rate = sf.read(speech_16k, dtype="float32")
+    assert rate == RATE
+    noise = np.random.default_rng(7).standard_normal(len(audio)) * db(NOISE_FLOOR_DBFS)
+    path = tmp_path_factory.mktemp("noisy") / "noisy-speech.wav"
+    sf.write(path, (audio + noise).astype(np.float32), rate, subtype="PCM_16")
+    return path
+
+
+def test_speech_over_a_noise_floor_has_its_onset_at_the_speech(
+    speech_16k: Path, noisy_speech: Path
+) -> None:
+    """The noise does not move the onset off the speech; a fixed -40 dBFS threshold does."""
+    clean = detect(sf.read(speech_16k, dtype="float32")[0])
+    assert clean.onset_s is not None and abs(clean.onset_s - SPEECH_ONSET_S) <= 0.05
+    audio, rate = sf.read(noisy_speech, dtype="float32")
     relative = OnsetDetector(rate)
     relative.feed(audio)
-    assert relative.onset_s is not None and 0.8 <= relative.onset_s <= 0.9
+    assert relative.onset_s is not None and abs(relative.onset_s - clean.onset_s) <= 0.05
     absolute = OnsetDetector(rate, OnsetOptions(threshold_dbfs=-40.0))
     absolute.feed(audio)
     assert absolute.onset_s == 0.0  # what a fixed -40 dBFS threshold finds
@@ -131,18 +148,20 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def first_token(*extra: str) -> dict:
-    result = cli("file", str(WAVS / "2.wav"), "--model", "tiny-en", "--format", "jsonl", *extra)
+def first_token(path: Path, *extra: str) -> dict:
+    result = cli("file", str(path), "--model", "tiny-en", "--format", "jsonl", *extra)
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     return next(r for r in records if r["type"] == "first_token")
 
 
-def test_file_times_the_first_token_from_the_speech_not_from_the_noise() -> None:
-    default = first_token()
-    assert 0.8 <= default["onset_s"] <= 0.9
+def test_file_times_the_first_token_from_the_speech_not_from_the_noise(
+    noisy_speech: Path,
+) -> None:
+    default = first_token(noisy_speech)
+    assert abs(default["onset_s"] - SPEECH_ONSET_S) <= 0.05
     assert default["latency_s"] == pytest.approx(default["audio_s"] - default["onset_s"])
-    fixed = first_token("--onset-dbfs", "-40")
+    fixed = first_token(noisy_speech, "--onset-dbfs", "-40")
     assert fixed["onset_s"] == 0.0 and fixed["audio_s"] == default["audio_s"]
 
 

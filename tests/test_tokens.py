@@ -21,6 +21,9 @@ from streamasr.tokens import (
 )
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
+# measured on the bundled model: models/tiny-en/README.md. (token type, modeling unit) of its
+# tokens.txt: a closed vocabulary of whole words is ("word", "bpe"), SentencePiece is ("bpe", "bpe")
+TINY_EN_TOKEN_TYPE = ("word", "bpe")
 
 
 def _byte_pieces(data: bytes) -> list[str]:
@@ -29,7 +32,7 @@ def _byte_pieces(data: bytes) -> list[str]:
 
 def test_bundled_models_have_the_expected_token_types() -> None:
     expected = {
-        "tiny-en": ("word", "bpe"),
+        "tiny-en": TINY_EN_TOKEN_TYPE,
         "tiny-random-transducer": ("bpe", "bpe"),
         "tiny-random-bpe": ("bpe", "bpe"),
         "tiny-random-cjkchar": ("cjkchar", "cjkchar"),
