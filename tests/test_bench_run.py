@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 RANDOM = ["--model", "tiny-random-transducer"]
 # measured on the bundled model: models/tiny-en/README.md. A loose bound on tiny-en's WER on
 # the 3 utterances of make_dataset seed 5 (`data` below): 3 utterances, a tiny model
-TRAINED_WER_BOUND_PCT = 70.0
+TRAINED_WER_BOUND_PCT = 70.0  # measured 53.9 %
 runner = CliRunner()
 
 

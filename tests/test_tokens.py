@@ -23,7 +23,7 @@ from streamasr.tokens import (
 MODELS = Path(__file__).resolve().parent.parent / "models"
 # measured on the bundled model: models/tiny-en/README.md. (token type, modeling unit) of its
 # tokens.txt: a closed vocabulary of whole words is ("word", "bpe"), SentencePiece is ("bpe", "bpe")
-TINY_EN_TOKEN_TYPE = ("word", "bpe")
+TINY_EN_TOKEN_TYPE = ("bpe", "bpe")
 
 
 def _byte_pieces(data: bytes) -> list[str]:
