@@ -310,17 +310,22 @@ def test_forged_sample_rate_is_one_failed_utterance(
 # ---- batching: exact in fp32; in int8 what changes is reported ---------------------------
 
 
-@pytest.mark.parametrize("chunk", [16, 32])
-def test_fp32_batching_is_exact(data20: Path, chunk: int) -> None:
-    recognizer = SherpaRecognizer(
-        resolve_model("tiny-random-transducer", chunk), EngineOptions(threads=1)
-    )
+def _sequential_and_batched(data20: Path, model: str, chunk: int):
+    """The 20 clips decoded one at a time, then batched by 2 and by 4, with bench's report."""
+    recognizer = SherpaRecognizer(resolve_model(model, chunk), EngineOptions(threads=1))
     utts = load_dataset(data20 / "manifest.jsonl").utterances
     sequential = run_sequential(recognizer, utts, RunOptions())
     assert any(r.hypothesis for r in sequential)
     for n in (2, 4):
         batched = run_batched(recognizer, utts, RunOptions(), n)
-        info = compare_batched("x", sequential, batched, n, 1.0)
+        yield sequential, batched, compare_batched("x", sequential, batched, n, 1.0)
+
+
+@pytest.mark.parametrize("chunk", [16, 32])
+def test_fp32_batching_is_exact(data20: Path, chunk: int) -> None:
+    for sequential, batched, info in _sequential_and_batched(
+        data20, "tiny-random-transducer", chunk
+    ):
         assert [a.text() for a in sequential] == [b.text() for b in batched]
         assert info["same_text"] and info["identical"], info["mismatched"]
 
@@ -330,14 +335,8 @@ def test_int8_batching_differences_are_reported_utterance_by_utterance(
     data20: Path, chunk: int
 ) -> None:
     """The int8 tiny-en picks one activation scale per batch, so batching can change a
-    token (models/tiny-en/README.md); bench must name exactly the utterances that changed."""
-    recognizer = SherpaRecognizer(resolve_model("tiny-en", chunk), EngineOptions(threads=1))
-    utts = load_dataset(data20 / "manifest.jsonl").utterances
-    sequential = run_sequential(recognizer, utts, RunOptions())
-    assert any(r.hypothesis for r in sequential)
-    for n in (2, 4):
-        batched = run_batched(recognizer, utts, RunOptions(), n)
-        info = compare_batched("x", sequential, batched, n, 1.0)
+    token; bench must name exactly the utterances that changed."""
+    for sequential, batched, info in _sequential_and_batched(data20, "tiny-en", chunk):
         changed = [a.id for a, b in zip(sequential, batched, strict=True) if a.text() != b.text()]
         moved = [
             a.id for a, b in zip(sequential, batched, strict=True)
@@ -346,7 +345,7 @@ def test_int8_batching_differences_are_reported_utterance_by_utterance(
         assert info["text_mismatched"] == changed and info["same_text"] == (not changed)
         assert info["mismatched"] == moved and info["identical"] == (not moved)
         assert set(changed) <= set(moved)
-        assert len(changed) < len(utts) // 2  # most utterances keep their text
+        assert len(changed) < len(sequential) // 2  # most utterances keep their text
 
 
 def _moved_times(report: str) -> list[tuple[float, float]]:
