@@ -213,10 +213,11 @@ def _model_directory(model: str | None) -> Path:
         )
     path = Path(model).expanduser()
     if path.is_dir():
+        store.check_model_path(path, model)  # a pulled folder given by path is checked too
         return path
     if (root / model).is_dir():
         return root / model
-    cached = store.find_cached(model)  # a released model pulled with `streamasr models pull`
+    cached = store.open_cached(model)  # pulled with `streamasr models pull`; checked first
     if cached is not None:
         return cached
     entry = catalog.find(model)

@@ -4,9 +4,15 @@ Model downloads break, and a tool that unpacks straight into its cache leaves ha
 there when they do. Here an archive is downloaded to `<cache>/<name>.tar.bz2.part` (resumed
 with an HTTP Range request after a dropped connection or a stall), checked against the sha256
 the catalog or the user gives, unpacked into a fresh temporary folder inside the cache, and
-only then renamed into place. The sha256 of every extracted file goes into
-`<model>/.streamasr-manifest.json`, which `verify` checks later. A single-file model (a NeMo
-`.nemo`) takes the same path without the unpacking.
+only then renamed into place. The sha256, size and mtime of every extracted file go into
+`<model>/.streamasr-manifest.json`, which `verify` checks later, and which every use of the
+model checks cheaply first (`streamasr.store_verify`). A single-file model (a NeMo `.nemo`)
+takes the same path without the unpacking.
+
+A download stops at a size cap (twice the catalog's size, or --max-download-mb), and before
+it starts when the server announces more than the cap or than the disk has free. An archive
+with no published checksum is pinned on first download (`store_verify`): a later pull with
+other bytes is refused unless --accept-new-checksum.
 
 Unpacking trusts neither `tarfile.extract` nor `Path.resolve()`: a model needs no links, so
 any link, device or FIFO refuses the whole archive, and every file is written by this module
@@ -18,9 +24,8 @@ Nothing here prints: progress goes to an injected callback, details to the "stre
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import errno
 import http.client
-import json
 import logging
 import math
 import os
@@ -34,7 +39,7 @@ import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
@@ -42,11 +47,32 @@ from urllib.parse import urlparse
 from streamasr import __version__
 from streamasr.catalog import CatalogEntry, find, lookup
 from streamasr.errors import ModelError, UsageError
+from streamasr.store_verify import (
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    Pin,
+    UseCheck,
+    VerifyReport,
+    check_before_use,
+    check_model_path,
+    hash_tree,
+    manifest_problem,
+    pin_mismatch,
+    read_manifest,
+    read_pin,
+    sha256_file,
+    verify_folder,
+    write_manifest,
+    write_pin,
+)
+
+__all__ = [  # names other modules and tests import from here, wherever they now live
+    "MANIFEST_FORMAT", "MANIFEST_NAME", "Pin", "UseCheck", "VerifyReport", "check_before_use",
+    "check_model_path", "hash_tree", "manifest_problem", "read_manifest", "sha256_file",
+]
 
 log = logging.getLogger("streamasr")
 
-MANIFEST_NAME = ".streamasr-manifest.json"
-MANIFEST_FORMAT = 1
 LOCK_DIR = ".locks"
 PART_SUFFIX = ".tar.bz2.part"
 BLOCK_BYTES = 1 << 16
@@ -62,7 +88,13 @@ CATALOG_SIZE_FACTOR = 3
 ARCHIVE_SIZE_FACTOR = 20
 MIN_CAP_MB = 256
 DEFAULT_SINGLE_FILE_MB = 8192
+#: Download cap: a catalog model may download CATALOG_DOWNLOAD_FACTOR x its catalog size (an
+#: estimated size is within a few percent); anything else DEFAULT_DOWNLOAD_MB. A server that
+#: streams forever stops there instead of filling the disk. --max-download-mb overrides.
+CATALOG_DOWNLOAD_FACTOR = 2
+DEFAULT_DOWNLOAD_MB = 8192
 NEMO_SUFFIX = ".nemo"
+_DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _CONTENT_RANGE_RE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
@@ -97,6 +129,27 @@ def find_cached(name: str, cache: Path | None = None) -> Path | None:
         return None
     directory = (cache or cache_dir()) / canonical_name(name)
     return directory if is_model_folder(directory) else None
+
+
+def open_cached(name: str, cache: Path | None = None, *, full: bool = False) -> Path | None:
+    """`find_cached`, then the check before use: a pulled model whose files changed since
+    it was installed is an error naming `models verify` and `pull --force`."""
+    directory = find_cached(name, cache)
+    if directory is not None:
+        check_before_use(directory, name, full=full)
+    return directory
+
+
+def verify_before_use(model: str | None, cache: Path | None = None) -> None:
+    """`--verify`: hash every file of the model `model` names (a pulled name, or the path of
+    a pulled folder or of a file in one) against its manifest; nothing to do for others."""
+    if not model:
+        return
+    path = Path(model).expanduser()
+    if path.exists():
+        check_model_path(path, model, full=True)
+    else:
+        open_cached(model, cache, full=True)
 
 
 def is_model_folder(directory: Path) -> bool:
@@ -209,11 +262,12 @@ class PullResult:
     directory: Path
     already_installed: bool
     archive_sha256: str | None = None
-    checksum_source: str | None = None  # "catalog", "--sha256", or None: recorded now
+    checksum_source: str | None = None  # "catalog", "--sha256", "pinned", None: recorded now
     files: int = 0
     installed_bytes: int = 0
     downloaded_bytes: int = 0  # fetched by this run
     resumed_from_bytes: int = 0  # already in the .part file when this run started
+    replaced_sha256: str | None = None  # the pinned sum this pull replaced (accepted change)
 
 
 def pull(
@@ -231,22 +285,33 @@ def pull(
     retry_wait_s: float = 1.0,
     max_unpacked_mb: float | None = None,
     min_window_bytes: int = MIN_WINDOW_BYTES,
+    max_download_mb: float | None = None,
+    accept_new_checksum: bool = False,
 ) -> PullResult:
     """Download (or take `archive`), check, unpack safely and install a model into the cache.
 
     A resumed download that fails its checksum (or does not unpack) is fetched again from
     byte zero, once: the bytes kept from an earlier run were the damaged part. `force`
-    reinstalls, and discards any `.part` file first.
+    reinstalls, and discards any `.part` file first. Without a published checksum the first
+    download's sha256 is pinned, and other bytes are refused unless `accept_new_checksum`.
     """
     if url is not None and archive is not None:
         raise UsageError("give either --url or --archive, not both")
     _check_positive("--timeout", timeout_s)
     if max_unpacked_mb is not None:
         _check_positive("--max-unpacked-mb", max_unpacked_mb)
+    if max_download_mb is not None:
+        _check_positive("--max-download-mb", max_download_mb)
     target = pull_target(
         name, url, sha256, have_archive=archive is not None,
         archive_name=archive.name if archive is not None else None,
     )
+    if accept_new_checksum and target.checksum_source == "catalog":
+        raise UsageError(
+            f"--accept-new-checksum replaces a sha256 recorded on first download; the one of "
+            f"{target.name} is published in the catalog. To install other bytes, state their "
+            "sha256 with --sha256"
+        )
     root = cache or cache_dir()
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -255,6 +320,39 @@ def pull(
             f"cannot create the model cache {root}: {exc.strerror}. "
             "Set STREAMASR_HOME to a writable folder"
         ) from exc
+    try:
+        return _pull_into(
+            target, root, name, archive=archive, force=force, progress=progress, stage=stage,
+            retries=retries, timeout_s=timeout_s, retry_wait_s=retry_wait_s,
+            max_unpacked_mb=max_unpacked_mb, min_window_bytes=min_window_bytes,
+            max_download_mb=max_download_mb, accept_new_checksum=accept_new_checksum,
+        )
+    except OSError as exc:  # the cache itself failed us: full, out of inodes, read-only
+        raise ModelError(_cache_failure(root, exc)) from exc
+
+
+def _cache_failure(root: Path, exc: OSError) -> str:
+    where = exc.filename or root
+    if exc.errno in _DISK_FULL:
+        fix = (
+            "the disk holding the model cache is full (no space or no free inodes: see "
+            "`df -h` and `df -i`); free some, or set STREAMASR_HOME to a folder on another disk"
+        )
+    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        fix = "the model cache is not writable; set STREAMASR_HOME to a writable folder"
+    else:
+        fix = "pull again once that is fixed"
+    return f"cannot write to the model cache ({where}: {exc.strerror or exc}): {fix}. " \
+        "Nothing was installed; models already in the cache are unchanged"
+
+
+def _pull_into(
+    target: PullTarget, root: Path, name: str, *, archive: Path | None, force: bool,
+    progress: ProgressFn | None, stage: StageFn | None, retries: int, timeout_s: float,
+    retry_wait_s: float, max_unpacked_mb: float | None, min_window_bytes: int,
+    max_download_mb: float | None, accept_new_checksum: bool,
+) -> PullResult:
+    """`pull` once the target and the cache are settled: under the model's lock."""
     final = root / target.name
     say = stage or (lambda _text: None)
     with _locked(root, target.name):
@@ -265,6 +363,9 @@ def pull(
             return PullResult(target.name, final, already_installed=True)
         if force:
             part.unlink(missing_ok=True)
+        pin = read_pin(root, target.name) if target.checksum_source != "catalog" else None
+        if pin is not None and target.checksum_source is None and not accept_new_checksum:
+            target = replace(target, expected_sha256=pin.sha256, checksum_source="pinned")
         resumed_from = downloaded = 0
         attempts = 1 if archive is not None else 2
         for attempt in range(attempts):
@@ -275,18 +376,19 @@ def pull(
                     raise UsageError(f"{name} has no download address; pass --url or --archive")
                 resumed_from = part.stat().st_size if part.exists() else 0
                 say("downloading")
-                cap = unpacked_cap_bytes(target, 0, max_unpacked_mb)
+                cap, cap_option = download_cap(target, max_download_mb, max_unpacked_mb)
                 downloaded += download(
                     target.url, part, name=name, progress=progress, retries=retries,
                     timeout_s=timeout_s, expected_bytes=target.expected_bytes,
                     retry_wait_s=retry_wait_s, min_window_bytes=min_window_bytes,
-                    max_bytes=cap if target.file_name is not None else None,
+                    max_bytes=cap, cap_option=cap_option,
                 )
                 source_path, source_label = part, target.url
             try:
                 say("checking sha256")
                 archive_sha = _check_archive(
-                    source_path, target, remove_on_mismatch=archive is None
+                    source_path, target, remove_on_mismatch=archive is None, pin=pin,
+                    source_label=source_label,
                 )
                 say("unpacking" if target.file_name is None else "installing")
                 source_bytes = source_path.stat().st_size
@@ -316,19 +418,42 @@ def pull(
                     say("restarting from zero")
                     continue
                 raise
-            except ModelError:
+            except (ModelError, OSError):
                 if archive is None:  # a refused download is of no use to a later pull
                     part.unlink(missing_ok=True)
                 raise
             break
         if archive is None:
             part.unlink(missing_ok=True)
+        if target.checksum_source != "catalog":
+            write_pin(root, target.name, archive_sha, source_bytes, source_label)
+    replaced = pin.sha256 if pin is not None and pin.sha256 != archive_sha else None
+    if replaced:
+        log.warning("%s: the pinned sha256 %s was replaced by %s", target.name, replaced,
+                    archive_sha)
     log.info("installed %s in %s", target.name, directory)
     return PullResult(
         target.name, directory, False, archive_sha, target.checksum_source, len(files),
         sum(int(f["bytes"]) for f in files.values()),  # type: ignore[call-overload]
-        downloaded, resumed_from,
+        downloaded, resumed_from, replaced,
     )
+
+
+def download_cap(target: PullTarget, max_download_mb: float | None,
+                 max_unpacked_mb: float | None) -> tuple[int, str]:
+    """How many bytes a download may bring, and the option that raises that cap. A `.nemo`
+    is installed as downloaded, so its unpacked cap bounds the download too."""
+    if max_download_mb is not None:
+        cap = int(max_download_mb * (1 << 20))
+    elif target.catalog_mb is not None:
+        cap = int(CATALOG_DOWNLOAD_FACTOR * max(target.catalog_mb, 1.0) * (1 << 20))
+    else:
+        cap = DEFAULT_DOWNLOAD_MB << 20
+    if target.file_name is not None:
+        unpacked = unpacked_cap_bytes(target, 0, max_unpacked_mb)
+        if unpacked < cap:
+            return unpacked, "--max-unpacked-mb"
+    return cap, "--max-download-mb"
 
 
 def _check_positive(option: str, value: float) -> None:
@@ -347,7 +472,8 @@ def _local_archive(archive: Path) -> Path:
     return path
 
 
-def _check_archive(path: Path, target: PullTarget, remove_on_mismatch: bool) -> str:
+def _check_archive(path: Path, target: PullTarget, remove_on_mismatch: bool,
+                   pin: Pin | None = None, source_label: str = "") -> str:
     """Hash the archive; a mismatch removes a downloaded file and is an error."""
     actual = sha256_file(path)
     if target.expected_sha256 is None or actual == target.expected_sha256:
@@ -358,6 +484,8 @@ def _check_archive(path: Path, target: PullTarget, remove_on_mismatch: bool) -> 
         what = "The downloaded file was deleted and nothing was installed"
     else:
         what = "Nothing was installed"
+    if target.checksum_source == "pinned" and pin is not None:
+        raise _Corrupt(str(pin_mismatch(pin, actual, source_label or str(path), what)))
     raise _Corrupt(
         f"archive sha256 {actual} does not match {target.expected_sha256} from {where}: the file "
         f"is corrupt, truncated, or not the released archive. {what}. Pull again, or from "
@@ -380,7 +508,7 @@ def _install(
             model_root = temp
             _place_single_file(source, temp / target.file_name, cap_bytes, move_source)
         files = hash_tree(model_root)
-        _write_manifest(model_root, {**manifest, "files": files})
+        write_manifest(model_root, {**manifest, "files": files})
         old = None
         if final.exists():
             if not force:
@@ -495,6 +623,8 @@ def safe_extract(archive: Path, dest: Path, max_bytes: int | None = None) -> int
     except OSError as exc:
         if exc.errno is None:  # a decompressor's "invalid data", not the disk
             raise _Corrupt(f"{archive.name} could not be unpacked: {exc}") from exc
+        if exc.errno in _DISK_FULL:  # `pull` says what to do about a full cache
+            raise
         raise ModelError(f"{archive.name} could not be unpacked: {exc}") from exc
     except tarfile.TarError as exc:
         raise _Corrupt(f"{archive.name} was refused while unpacking: {exc}") from exc
@@ -589,6 +719,8 @@ def _write_member(
         except FileExistsError as exc:
             raise _refusal(archive, member, "appears twice in the archive") from exc
         except OSError as exc:
+            if exc.errno in _DISK_FULL:
+                raise  # the cache is full, the archive is fine
             raise _refusal(archive, member, f"cannot be created ({exc.strerror})") from exc
         source = tar.extractfile(member)
         with os.fdopen(fd, "wb") as handle:
@@ -604,122 +736,9 @@ def _write_member(
         _close(parent_fd)
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def hash_tree(root: Path) -> dict[str, dict[str, object]]:
-    """sha256 and size of every regular file under root, by POSIX relative path."""
-    files: dict[str, dict[str, object]] = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and not path.is_symlink() and path.name != MANIFEST_NAME:
-            rel = path.relative_to(root).as_posix()
-            files[rel] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-    return files
-
-
-def _write_manifest(directory: Path, manifest: dict[str, object]) -> None:
-    temp = directory / (MANIFEST_NAME + ".tmp")
-    temp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    temp.replace(directory / MANIFEST_NAME)
-
-
-def read_manifest(directory: Path) -> dict[str, object]:
-    """The manifest of a pulled model; an error naming the fix if absent or unreadable."""
-    path = directory / MANIFEST_NAME
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ModelError(
-            f"{directory} has no {MANIFEST_NAME}, so there is nothing to verify against; it "
-            f"was not installed by `streamasr models pull`. Pull it again with --force"
-        ) from exc
-    except (OSError, ValueError) as exc:
-        raise ModelError(
-            f"{path} is unreadable ({exc}); {_repull(directory)}"
-        ) from exc
-    problem = _manifest_problem(data)
-    if problem:
-        raise ModelError(f"the manifest {path} is damaged ({problem}); {_repull(directory)}")
-    return data
-
-
-def _repull(directory: Path) -> str:
-    return f"re-pull the model with `streamasr models pull {directory.name} --force`"
-
-
-def _manifest_problem(data: object) -> str | None:
-    """What is wrong with a parsed manifest, or None: every field `verify` reads is typed."""
-    if not isinstance(data, dict):
-        return "not a JSON object"
-    files = data.get("files")
-    if not isinstance(files, dict):
-        return "'files' is not an object"
-    for rel, info in files.items():
-        if not isinstance(info, dict):
-            return f"the entry for {rel!r} is not an object"
-        digest, size = info.get("sha256"), info.get("bytes")
-        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
-            return f"the sha256 of {rel!r} is not 64 hex digits"
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            return f"the size of {rel!r} is not a byte count"
-        pure = PurePosixPath(rel)
-        if pure.is_absolute() or ".." in pure.parts or not rel:
-            return f"the file name {rel!r} points outside the model folder"
-    archive_sha = data.get("archive_sha256")
-    if archive_sha is not None and not isinstance(archive_sha, str):
-        return "'archive_sha256' is not a string"
-    if not isinstance(data.get("archive_checksum", "recorded"), str):
-        return "'archive_checksum' is not a string"
-    return None
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    """Files of a pulled model compared with its manifest."""
-
-    name: str
-    directory: Path
-    checked: int
-    missing: tuple[str, ...]
-    changed: tuple[str, ...]
-    extra: tuple[str, ...]  # present but not in the manifest; reported, not a failure
-    archive_sha256: str | None
-    archive_checksum: str  # "catalog", "--sha256" or "recorded"
-
-    @property
-    def ok(self) -> bool:
-        return not self.missing and not self.changed
-
-
 def verify(name: str, cache: Path | None = None) -> VerifyReport:
     """Re-hash every file of a pulled model against the manifest written when it was pulled."""
-    directory = require_cached(name, cache)
-    manifest = read_manifest(directory)
-    expected: dict[str, dict[str, object]] = manifest["files"]  # type: ignore[assignment]
-    missing, changed = [], []
-    for rel, info in sorted(expected.items()):
-        path = directory / rel
-        if not path.is_file():
-            missing.append(rel)
-        elif path.stat().st_size != info.get("bytes") or sha256_file(path) != info.get("sha256"):
-            changed.append(rel)
-    present = {
-        p.relative_to(directory).as_posix()
-        for p in directory.rglob("*")
-        if p.is_file() and p.name != MANIFEST_NAME
-    }
-    extra = sorted(present - set(expected))
-    return VerifyReport(
-        directory.name, directory, len(expected), tuple(missing), tuple(changed), tuple(extra),
-        manifest.get("archive_sha256"),  # type: ignore[arg-type]
-        str(manifest.get("archive_checksum", "recorded")),
-    )
+    return verify_folder(require_cached(name, cache))
 
 
 def require_cached(name: str, cache: Path | None = None) -> Path:
@@ -755,13 +774,16 @@ def download(
     retry_wait_s: float = 1.0,
     min_window_bytes: int = MIN_WINDOW_BYTES,
     max_bytes: int | None = None,
+    cap_option: str = "--max-download-mb",
 ) -> int:
     """Fetch `url` into `part`, resuming from what `part` holds; returns bytes fetched now.
 
     A dropped connection, or a stall (fewer than `min_window_bytes` in a `timeout_s` window:
     a server that trickles a byte every few seconds is stalled too), is retried `retries`
     times with a Range request for the rest. When the retries run out the .part file stays,
-    and the next pull resumes from it. More than `max_bytes` in all is refused.
+    and the next pull resumes from it. More than `max_bytes` in all is refused (before a
+    byte is written when the server says so up front), and so is a body the disk cannot hold;
+    either deletes the .part file.
     """
     fetched = [0]
     failures = 0
@@ -781,7 +803,7 @@ def download(
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 _receive(response, part, have, progress, fetched,
-                         _Pace(timeout_s, min_window_bytes), max_bytes)
+                         _Pace(timeout_s, min_window_bytes), max_bytes, cap_option)
             return fetched[0]
         except urllib.error.HTTPError as exc:
             if exc.code == 416 and have:
@@ -820,9 +842,10 @@ def _receive(
     fetched: list[int],
     pace: _Pace,
     max_bytes: int | None = None,
+    cap_option: str = "--max-download-mb",
 ) -> None:
     """Append one response to the .part file (counting into fetched[0]); raise if it ends
-    early, stalls, or grows past `max_bytes`."""
+    early, stalls, grows past `max_bytes`, or the disk cannot take it."""
     length = response.headers.get("Content-Length")
     body_bytes = int(length) if length and length.isdigit() else None
     if response.status == 206 and have:
@@ -837,24 +860,31 @@ def _receive(
         have, mode, total = 0, "wb", None
     if total is None and body_bytes is not None:
         total = have + body_bytes
+    if max_bytes is not None and total is not None and total > max_bytes:
+        raise _over_cap(part, max_bytes, cap_option, f"the server announces {_mb(total)}")
+    if total is not None:
+        _check_free_space(part, total - have)
     done = have
     if progress:
         progress(done, total)
-    with open(part, mode) as handle:
+    try:
+        handle = open(part, mode)  # noqa: SIM115 - closed below, errors told apart
+    except OSError as exc:
+        raise _write_failure(part, exc) from exc
+    with handle:
         try:
             # read1: whatever has arrived, so a trickle cannot hide inside one long read
             while block := response.read1(BLOCK_BYTES):
-                handle.write(block)
+                try:
+                    handle.write(block)
+                except OSError as exc:
+                    handle.close()
+                    raise _write_failure(part, exc) from exc
                 done += len(block)
                 fetched[0] += len(block)
                 if max_bytes is not None and done > max_bytes:
                     handle.close()
-                    part.unlink(missing_ok=True)
-                    raise ModelError(
-                        f"the download is larger than {_mb(max_bytes)}, the cap for this "
-                        "model; it was stopped and deleted. If it is genuine, raise the cap "
-                        "with --max-unpacked-mb"
-                    )
+                    raise _over_cap(part, max_bytes, cap_option, "it was stopped there")
                 if progress:
                     progress(done, total)
                 pace.arrived(len(block), done)
@@ -862,6 +892,40 @@ def _receive(
             raise _Interrupted(f"{_describe(exc)} after {_mb(done)}") from exc
     if total is not None and done < total:
         raise _Interrupted(f"connection closed after {_mb(done)} of {_mb(total)}")
+
+
+def _over_cap(part: Path, max_bytes: int, cap_option: str, how: str) -> ModelError:
+    part.unlink(missing_ok=True)
+    return ModelError(
+        f"the download is larger than {_mb(max_bytes)}, the cap for this model ({how}); the "
+        f"partial file was deleted and nothing was installed. If it is genuine, raise the cap "
+        f"with {cap_option}"
+    )
+
+
+def _check_free_space(part: Path, needed: int) -> None:
+    """Refuse a body the cache's disk cannot hold, before writing any of it."""
+    try:
+        free = shutil.disk_usage(part.parent).free
+    except OSError:
+        return
+    if needed > free:
+        part.unlink(missing_ok=True)
+        raise ModelError(
+            f"the download needs {_mb(needed)} but the disk holding the model cache "
+            f"{part.parent} has {_mb(free)} free; nothing was written. Free some space, or set "
+            "STREAMASR_HOME to a folder on another disk"
+        )
+
+
+def _write_failure(part: Path, exc: OSError) -> ModelError:
+    """The cache cannot take the download (full, out of inodes, read-only): not a network
+    fault, so it is not retried, and the .part file is deleted rather than kept."""
+    with contextlib.suppress(OSError):
+        part.unlink(missing_ok=True)
+    return ModelError(_cache_failure(part.parent, exc).replace(
+        "Nothing was installed", "The partial download was deleted and nothing was installed"
+    ))
 
 
 class _Pace:
@@ -948,7 +1012,7 @@ def _locked(root: Path, name: str) -> Iterator[None]:
         yield
         return
     lock_dir = root / LOCK_DIR
-    lock_dir.mkdir(exist_ok=True)
+    lock_dir.mkdir(exist_ok=True)  # an OSError here (a full cache) is told by `pull`
     with open(lock_dir / f"{name}.lock", "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

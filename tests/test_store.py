@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from streamasr import catalog, store
+from streamasr import catalog, store, store_verify
 from streamasr.errors import ModelError, UsageError
 from streamasr.latency import PUBLISHED_ALIASES
 from streamasr.modeldir import resolve_model
@@ -155,10 +155,12 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def cache_leftovers(cache: Path) -> list[str]:
-    """Everything in the cache except the lock folder."""
+    """Everything in the cache except the lock and checksum-pin folders."""
     if not cache.exists():
         return []
-    return sorted(p.name for p in cache.iterdir() if p.name != store.LOCK_DIR)
+    return sorted(
+        p.name for p in cache.iterdir() if p.name not in (store.LOCK_DIR, store_verify.PIN_DIR)
+    )
 
 
 def fast(**kwargs: object) -> dict[str, object]:

@@ -182,7 +182,9 @@ def test_a_nemo_file_installs_as_one_checksummed_file(
     assert result.directory == cache / "tiny-nemo" and result.files == 1
     assert (result.directory / "tiny-stream.nemo").read_bytes() == nemo_bytes
     manifest = store.read_manifest(result.directory)
-    assert manifest["files"] == {"tiny-stream.nemo": {"sha256": digest, "bytes": len(nemo_bytes)}}
+    installed = result.directory / "tiny-stream.nemo"
+    assert manifest["files"] == {"tiny-stream.nemo": {
+        "sha256": digest, "bytes": len(nemo_bytes), "mtime_ns": installed.stat().st_mtime_ns}}
     assert store.verify("tiny-nemo").ok
     assert store.find_cached("tiny-nemo") == result.directory
     assert [m.name for m in store.installed_models(cache)] == ["tiny-nemo"]

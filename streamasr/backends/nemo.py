@@ -622,13 +622,14 @@ DEFAULT_MODEL = "stt_en_fastconformer_hybrid_large_streaming_multi"
 def resolve_model(model: str | None) -> Path:
     """A .nemo file, a folder holding exactly one (as the model store installs them), or a
     catalog or pulled name; without one, the default released model if it was pulled."""
+    from streamasr import catalog, store
+
     model = model or DEFAULT_MODEL
     path = Path(model)
     if not path.exists():
-        from streamasr import catalog, store
-
         if catalog.find(model) is not None or store.find_cached(model) is not None:
             path = store.require_cached(model)  # a pulled .nemo lives in its own folder
+    store.check_model_path(path, model)  # a pulled model whose files changed is refused
     if path.is_dir():
         found = sorted(path.glob("*.nemo"))
         if len(found) != 1:

@@ -211,6 +211,7 @@ def run_bench(request: BenchRequest) -> bool:
         check_engine_fit,
         engine_options,
         stream_options,
+        verify_model,
     )
 
     group = request.model_options
@@ -225,6 +226,7 @@ def run_bench(request: BenchRequest) -> bool:
         replace(group, chunk=chunks[0], att_context_size=request.att_context_size),
         choose_backend(group.model, backend).name,
     )
+    verify_model(group)
     if request.plot is not None:
         from streamasr.bench.plot import require_matplotlib
 

@@ -183,6 +183,23 @@ def pull(
             "other archives 20x their own size, at least 256 MB; a .nemo 8192 MB).",
         ),
     ] = None,
+    max_download_mb: Annotated[
+        float | None,
+        typer.Option(
+            "--max-download-mb",
+            help="Most MB a download may bring before it is stopped and deleted (default: "
+            f"{store.CATALOG_DOWNLOAD_FACTOR}x the catalog's size; other models "
+            f"{store.DEFAULT_DOWNLOAD_MB} MB).",
+        ),
+    ] = None,
+    accept_new_checksum: Annotated[
+        bool,
+        typer.Option(
+            "--accept-new-checksum",
+            help="Install an archive whose sha256 differs from the one pinned at the first "
+            "download (models without a published checksum), and pin the new one.",
+        ),
+    ] = False,
     timeout: Annotated[
         float,
         typer.Option(
@@ -203,7 +220,8 @@ def pull(
             result = store.pull(
                 name, url=url, archive=archive, sha256=sha256, force=force,
                 progress=progress, stage=stage, max_unpacked_mb=max_unpacked_mb,
-                timeout_s=timeout,
+                timeout_s=timeout, max_download_mb=max_download_mb,
+                accept_new_checksum=accept_new_checksum,
             )
         if result.already_installed:
             err_console.print(
@@ -227,6 +245,16 @@ def _report_pull(result: store.PullResult, name: str) -> None:
         check = f"archive sha256 {result.archive_sha256}: matches the catalog"
     elif result.checksum_source == "--sha256":
         check = f"archive sha256 {result.archive_sha256}: matches --sha256"
+    elif result.checksum_source == "pinned":
+        check = (
+            f"archive sha256 {result.archive_sha256}: matches the sha256 pinned at the "
+            "first download"
+        )
+    elif result.replaced_sha256:
+        check = (
+            f"archive sha256 {result.archive_sha256}: pinned now, replacing "
+            f"{result.replaced_sha256} (--accept-new-checksum)"
+        )
     else:
         check = (
             "archive checksum: not published in catalog; recorded on first download: "
@@ -260,6 +288,7 @@ def verify(name: NameArg, verbose: VerboseOpt = False) -> None:
     origin = {
         "catalog": "matched the catalog",
         "--sha256": "matched --sha256",
+        "pinned": "matched the sha256 pinned at the first download",
     }.get(report.archive_checksum, "not published in catalog; recorded on first download")
     err_console.print(
         f"archive sha256 {report.archive_sha256} ({origin})", highlight=False

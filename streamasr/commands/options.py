@@ -78,6 +78,7 @@ class ModelOptions:
     block_ms: float | None = None
     tail_padding_s: float = DEFAULT_TAIL_PADDING_S
     onset_dbfs: float | None = None
+    verify: bool = False  # hash every file of a pulled model before use
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,11 @@ _SPECS: tuple[_Spec, ...] = (
         "onset_dbfs", float | None, ("--onset-dbfs",),
         "Speech onset for first-token timing at this fixed level (dBFS RMS of 10 ms "
         "frames) instead of the default: 10 dB above the measured noise floor.",
+    ),
+    _Spec(
+        "verify", bool, ("--verify",),
+        "Hash every file of a pulled model against its manifest before use. Without it "
+        "each use compares sizes and mtimes, and hashes only files whose mtime moved.",
     ),
 )
 
@@ -329,6 +335,15 @@ def check_engine_fit(options: ModelOptions, backend_name: str) -> None:
             )
 
 
+def verify_model(options: ModelOptions) -> None:
+    """`--verify`: hash every file of a pulled model before it loads (a changed file is a
+    ModelError naming `models verify` and `pull --force`)."""
+    if options.verify:
+        from streamasr import store
+
+        store.verify_before_use(options.model)
+
+
 def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOptions]:
     """Check every option before any audio is touched, then load the model via the registry."""
     from streamasr.backends.registry import choose_backend, load_recognizer
@@ -338,6 +353,7 @@ def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOpti
     backend, _ = backend_and_device(options)
     entry = choose_backend(options.model, backend)
     check_engine_fit(options, entry.name)
+    verify_model(options)
     recognizer = load_recognizer(options.model, engine, backend)
     log.info("model: %s", recognizer.description)
     return recognizer, feed
