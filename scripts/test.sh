@@ -27,6 +27,8 @@ python -m pip install -q --no-deps zipformer==0.1.3 simple-sentencepiece==0.14 \
     onnxconverter_common==1.16.0
 python -m ruff check .
 python -m mypy
+# the manual (docs/): a broken link, anchor or page not in the nav fails the build
+python -m mkdocs build --strict --quiet
 mkdir -p build
 python -m pytest -q -rs --junitxml=build/junit.xml "$@"
 

@@ -4,7 +4,7 @@ Each stream keeps its own StreamSession (onset, endpointing, events); only the e
 is shared: the recognizer's `decode_batch` runs one step over every stream that has a chunk
 ready, and each stepped session turns that step into events exactly as it would alone. So a
 batch never changes a stream's events, unless the engine itself computes differently in a
-batch (int8 models with dynamic quantisation do; see the README's Performance section).
+batch (int8 models with dynamic quantisation do; see docs/performance.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Speech-onset detection on the audio as it streams, for first-token latency.
 
-Rule (documented in the README): audio is cut into 10 ms frames and each frame's RMS level
+Rule (documented in docs/file.md): audio is cut into 10 ms frames and each frame's RMS level
 is taken in dBFS. A frame is *loud* when it is at least `margin_db` (10 dB) above the running
 noise-floor estimate and at least `min_level_dbfs` (-60 dBFS). Speech starts at the first
 loud frame followed by enough loud frames to cover `min_speech_s` (30 ms) within 50 ms.

@@ -167,9 +167,9 @@ def test_file_options_reach_the_test_backend_and_the_core(burst_wav: Path) -> No
 
 
 def readme_python_section() -> tuple[str, list[str]]:
-    """The README's "Use it from Python" example and the output it says it prints."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Use it from Python\n", 1)[1].split("\n## ", 1)[0]
+    """The manual's "Use it from Python" example and the output it says it prints."""
+    text = (REPO / "docs" / "python.md").read_text(encoding="utf-8")
+    section = text.split("# Use it from Python\n", 1)[1].split("\n## ", 1)[0]
     code_part, rest = section.split("Run from a checkout", 1)
     code = "\n".join(
         line[4:] for line in code_part.splitlines() if line.startswith("    ") or not line.strip()
