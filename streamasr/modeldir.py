@@ -213,7 +213,7 @@ def _model_directory(model: str | None) -> Path:
         )
     path = Path(model).expanduser()
     if path.is_dir():
-        store.check_model_path(path, model)  # a pulled folder given by path is checked too
+        store.check_model_path(path)  # a pulled folder given by path is checked too
         return path
     if (root / model).is_dir():
         return root / model

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
+from typing import IO
 from urllib.parse import urlparse
 
 from streamasr import __version__
@@ -147,7 +148,7 @@ def verify_before_use(model: str | None, cache: Path | None = None) -> None:
         return
     path = Path(model).expanduser()
     if path.exists():
-        check_model_path(path, model, full=True)
+        check_model_path(path, full=True)
     else:
         open_cached(model, cache, full=True)
 
@@ -538,6 +539,10 @@ def _place_single_file(source: Path, dest: Path, cap_bytes: int, move: bool) -> 
             f"{source.name} is not a NeMo model (a .nemo is a tar archive holding "
             "model_config.yaml); the download may be damaged or the address wrong"
         )
+    # what NeMo would run or read on load is refused now, before it enters the cache
+    from streamasr.backends.nemo_archive import check_file
+
+    check_file(source)
     if move:
         os.replace(source, dest)
     else:
@@ -867,8 +872,8 @@ def _receive(
     done = have
     if progress:
         progress(done, total)
-    try:
-        handle = open(part, mode)  # noqa: SIM115 - closed below, errors told apart
+    try:  # unbuffered: a full disk fails the write that overfills it, not a later close
+        handle = open(part, mode, buffering=0)  # noqa: SIM115 - closed below
     except OSError as exc:
         raise _write_failure(part, exc) from exc
     with handle:
@@ -876,7 +881,7 @@ def _receive(
             # read1: whatever has arrived, so a trickle cannot hide inside one long read
             while block := response.read1(BLOCK_BYTES):
                 try:
-                    handle.write(block)
+                    _write_all(handle, block)
                 except OSError as exc:
                     handle.close()
                     raise _write_failure(part, exc) from exc
@@ -892,6 +897,16 @@ def _receive(
             raise _Interrupted(f"{_describe(exc)} after {_mb(done)}") from exc
     if total is not None and done < total:
         raise _Interrupted(f"connection closed after {_mb(done)} of {_mb(total)}")
+
+
+def _write_all(handle: IO[bytes], block: bytes) -> None:
+    """Write all of `block` (a raw write may take part of it when the disk is nearly full)."""
+    view = memoryview(block)
+    while view:
+        written = handle.write(view)
+        if not written:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
 
 
 def _over_cap(part: Path, max_bytes: int, cap_option: str, how: str) -> ModelError:

@@ -263,12 +263,13 @@ def check_before_use(directory: Path, name: str | None = None, *, full: bool = F
     return UseCheck(directory, len(files), hashed, hashed_bytes)
 
 
-def check_model_path(path: Path, name: str | None = None, *, full: bool = False) -> None:
-    """The check before use for a model given by path: a pulled folder, or a file in one."""
+def check_model_path(path: Path, *, full: bool = False) -> None:
+    """The check before use for a model given by path: a pulled folder, or a file in one.
+    The hints name the folder, as `models verify` and `models pull` take a name."""
     if path.is_dir():
-        check_before_use(path, name, full=full)
+        check_before_use(path, full=full)
     elif path.is_file() and (path.parent / MANIFEST_NAME).is_file():
-        check_before_use(path.parent, name, full=full)
+        check_before_use(path.parent, full=full)
 
 
 # --- pins ----------------------------------------------------------------------------------

@@ -629,7 +629,7 @@ def resolve_model(model: str | None) -> Path:
     if not path.exists():
         if catalog.find(model) is not None or store.find_cached(model) is not None:
             path = store.require_cached(model)  # a pulled .nemo lives in its own folder
-    store.check_model_path(path, model)  # a pulled model whose files changed is refused
+    store.check_model_path(path)  # a pulled model whose files changed is refused
     if path.is_dir():
         found = sorted(path.glob("*.nemo"))
         if len(found) != 1:
