@@ -216,13 +216,27 @@ def pull(
     """
     setup_logging(verbose)
     with cli_errors():
-        with _progress_bar(name) as (progress, stage):
-            result = store.pull(
-                name, url=url, archive=archive, sha256=sha256, force=force,
-                progress=progress, stage=stage, max_unpacked_mb=max_unpacked_mb,
-                timeout_s=timeout, max_download_mb=max_download_mb,
-                accept_new_checksum=accept_new_checksum,
+        received = [0]
+
+        def counting(done: int, total: int | None) -> None:
+            received[0] = done
+            progress(done, total)
+
+        try:
+            with _progress_bar(name) as (progress, stage):
+                result = store.pull(
+                    name, url=url, archive=archive, sha256=sha256, force=force,
+                    progress=counting, stage=stage, max_unpacked_mb=max_unpacked_mb,
+                    timeout_s=timeout, max_download_mb=max_download_mb,
+                    accept_new_checksum=accept_new_checksum,
+                )
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: say what is kept, then stop
+            err_console.print(
+                f"stopped: {received[0] / (1 << 20):.1f} MB downloaded so far is kept; run the "
+                "same pull again to resume",
+                highlight=False, markup=False,
             )
+            raise
         if result.already_installed:
             err_console.print(
                 f"{result.name} is already installed; `streamasr models verify {name}` checks "
