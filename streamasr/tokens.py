@@ -196,3 +196,171 @@ def tidy_spacing(text: str) -> str:
         prev = char
         gap = False
     return "".join(out)
+
+
+# Incremental assembly. A streaming engine hands out its whole hypothesis after every encoder
+# step; re-assembling all of it each time makes the cost of a step grow with the utterance.
+# The classes below keep where assembly stood after every update (a mark) and redo only what
+# follows the last mark whose input is unchanged, so a step costs what it added. The results
+# are exactly those of `tidy_spacing` and `assemble` on the whole input (tests/test_tokens.py
+# checks that at every step, against those two functions, on every bundled model).
+
+#: Pieces (or characters) at the end of the previous input that are compared when an engine
+#: only ever appends (greedy search): a different tail means it started over or revised.
+APPEND_CHECK = 4
+
+
+def _space(text: str, prev: str, gap: bool) -> tuple[str, str, bool]:
+    """`tidy_spacing` resumed after `prev` (the last character shown, '' for none) and `gap`
+    (whitespace seen since it): (spaced text to append, new prev, new gap)."""
+    out: list[str] = []
+    prev_cjk = bool(prev) and is_cjk(prev)
+    prev_latin = bool(prev) and prev.isalnum() and not prev_cjk
+    for char in text:
+        if char.isspace() or not char.isprintable():
+            gap = bool(prev)
+            continue
+        cjk = is_cjk(char)
+        latin = char.isalnum() and not cjk
+        if prev:
+            boundary = (prev_cjk and latin) or (prev_latin and cjk)
+            if (gap and not (prev_cjk and cjk)) or boundary:
+                out.append(" ")
+        out.append(char)
+        prev, prev_cjk, prev_latin = char, cjk, latin
+        gap = False
+    return "".join(out), prev, gap
+
+
+def shared_prefix_len(old: Sequence[object], new: Sequence[object], append_only: bool) -> int:
+    """How many leading items (characters or pieces) `new` shares with `old`.
+
+    `append_only`: the producer only ever appends (greedy search), so when `new` is at least
+    as long and agrees on the last APPEND_CHECK items of `old`, all of `old` is shared: O(1).
+    Otherwise the items are compared in C (one slice comparison), and when they differ, a
+    binary search finds where: O(len) at memcmp speed, never a Python loop per item.
+    """
+    size = len(old)
+    if len(new) >= size:
+        if append_only:
+            tail = max(0, size - APPEND_CHECK)
+            if new[tail:size] == old[tail:]:
+                return size
+        elif new[:size] == old:
+            return size
+    low, high = 0, min(size, len(new))  # new[:low] == old[:low]; the answer is <= high
+    while low < high:
+        middle = (low + high + 1) // 2
+        if new[:middle] == old[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """Where assembly stood after one update; later updates resume from the last good one."""
+
+    consumed: int  # input items (characters or pieces) behind this mark
+    shown: int  # characters of assembled text behind it
+    prev: str  # last character shown ('' for none)
+    gap: bool  # whitespace seen after it
+    carry: bytes = b""  # an unfinished character's first bytes (byte-level pieces)
+    dropped: int = 0  # bytes dropped so far
+
+
+class _Marks:
+    """The marks of one segment, in input order; consumed never decreases along the list."""
+
+    def __init__(self) -> None:
+        self.marks = [_Mark(0, 0, "", False)]
+
+    def resume(self, shared: int) -> _Mark:
+        """Drop the marks past `shared` input items; the last one left is where to resume."""
+        marks = self.marks
+        if marks[-1].consumed > shared:
+            low, high = 0, len(marks) - 1  # marks[0].consumed == 0 <= shared
+            while low < high:
+                middle = (low + high + 1) // 2
+                if marks[middle].consumed <= shared:
+                    low = middle
+                else:
+                    high = middle - 1
+            del marks[low + 1 :]
+        return marks[-1]
+
+    def add(self, mark: _Mark) -> None:
+        self.marks.append(mark)
+
+
+class SpacedText:
+    """`tidy_spacing` of a text that grows between calls (an engine's own text), costing what
+    changed: the characters after the last mark whose input is still the same."""
+
+    def __init__(self, append_only: bool = False) -> None:
+        self.append_only = append_only
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new segment."""
+        self._raw = ""
+        self._text = ""
+        self._marks = _Marks()
+
+    def update(self, raw: str) -> str:
+        """The spaced text of `raw`, as `tidy_spacing(raw)` gives it."""
+        shared = shared_prefix_len(self._raw, raw, self.append_only)
+        if shared == len(raw) == len(self._raw):
+            return self._text
+        mark = self._marks.resume(shared)
+        spaced, prev, gap = _space(raw[mark.consumed :], mark.prev, mark.gap)
+        self._text = self._text[: mark.shown] + spaced
+        self._raw = raw
+        self._marks.add(_Mark(len(raw), len(self._text), prev, gap))
+        return self._text
+
+
+class PieceText:
+    """`assemble` of a piece list that grows between calls (a hypothesis' token pieces),
+    costing what changed: only the unfinished character's bytes are carried between pieces.
+
+    `unchanged` after an update: the leading pieces it shared with the previous update.
+    """
+
+    def __init__(self, append_only: bool = False) -> None:
+        self.append_only = append_only
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new segment."""
+        self._pieces: tuple[str, ...] = ()
+        self._text = ""
+        self._marks = _Marks()
+        self.unchanged = 0
+
+    def update(self, pieces: Sequence[str], final: bool = False) -> AssembledText:
+        """The text of `pieces`, as `assemble(pieces, final)` gives it."""
+        pieces = tuple(pieces)
+        shared = shared_prefix_len(self._pieces, pieces, self.append_only)
+        self.unchanged = shared
+        mark = self._marks.resume(shared)
+        if mark.consumed < len(pieces) or mark.consumed < len(self._pieces):
+            data = bytearray(mark.carry)
+            for piece in pieces[mark.consumed :]:
+                value = byte_value(piece)
+                if value is not None:
+                    data.append(value)
+                else:
+                    data.extend(piece.replace(WORD_BOUNDARY, " ").encode("utf-8"))
+            decoded, pending, dropped = decode_utf8(bytes(data), final=False)
+            spaced, prev, gap = _space(decoded, mark.prev, mark.gap)
+            self._text = self._text[: mark.shown] + spaced
+            carry = bytes(data[len(data) - pending :]) if pending else b""
+            mark = _Mark(len(pieces), len(self._text), prev, gap, carry, mark.dropped + dropped)
+            self._marks.add(mark)
+        self._pieces = pieces
+        carried = len(mark.carry)
+        if final:
+            return AssembledText(self._text, 0, mark.dropped + carried)
+        return AssembledText(self._text, carried, mark.dropped)

@@ -23,6 +23,9 @@ class Hypothesis:
     # audio decoded in this segment so far, for engines whose steps differ in length (NeMo's
     # first chunk is shorter); None: every step decoded one chunk
     segment_decoded_s: float | None = None
+    # leading tokens (with their times) the same as in this stream's previous hypothesis of
+    # the segment: the core checks only the rest, so a step costs what it added. 0: all new
+    unchanged_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class NemoOptions:
 
     att_context_size: tuple[int, int] | None = None  # None = the model's default
     decoder: str | None = None  # "rnnt" | "ctc" for hybrid models; None = the model's default
+    trust_config: bool = False  # --trust-model-config: classes outside the allowlist load
 
 
 @dataclass(frozen=True)

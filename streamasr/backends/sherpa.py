@@ -21,7 +21,14 @@ from streamasr.backends.base import (
 )
 from streamasr.errors import ModelError, UsageError
 from streamasr.modeldir import ModelFiles
-from streamasr.tokens import AssembledText, Vocabulary, assemble, read_vocabulary, tidy_spacing
+from streamasr.tokens import (
+    AssembledText,
+    PieceText,
+    SpacedText,
+    Vocabulary,
+    read_vocabulary,
+    shared_prefix_len,
+)
 
 log = logging.getLogger("streamasr")
 
@@ -174,7 +181,8 @@ class SherpaRecognizer:
 
     def create_stream(self) -> SherpaStream:
         """Open a new stream on this model."""
-        return SherpaStream(self.engine, self.vocabulary)
+        append_only = self.options.decoding_method == "greedy_search"
+        return SherpaStream(self.engine, self.vocabulary, append_only)
 
     def decode_batch(self, streams: Sequence[RecognizerStream]) -> list[bool]:
         """One batched encoder step (`decode_streams`) over every stream with a chunk ready."""
@@ -190,15 +198,23 @@ class SherpaRecognizer:
 class SherpaStream:
     """One sherpa-onnx OnlineStream with the engine it belongs to."""
 
-    def __init__(self, engine: Any, vocabulary: Vocabulary | None = None) -> None:
+    def __init__(
+        self, engine: Any, vocabulary: Vocabulary | None = None, append_only: bool = False
+    ) -> None:
         self.engine = engine
         self.stream = engine.create_stream()
         self._announced_rate = ENGINE_SAMPLE_RATE
         # byte-level models: the engine's text is not whole characters, so text is built
         # from the token pieces (see streamasr.tokens)
         self._from_pieces = vocabulary is not None and vocabulary.token_type == "byte"
+        # greedy search only appends to a hypothesis; beam search may revise earlier pieces.
+        # Either way text is assembled only from what changed since the previous step.
+        self._append_only = append_only
+        self._piece_text = PieceText(append_only)
+        self._spaced_text = SpacedText(append_only)
         self._finished = False
         self._last_pieces: tuple[str, ...] = ()
+        self._last_times: tuple[float, ...] = ()
         self._segment = 0
         self._reported_segment = -1
         self.dropped_bytes = 0  # bytes dropped at finals because they formed no character
@@ -221,20 +237,33 @@ class SherpaStream:
         return True
 
     def hypothesis(self) -> Hypothesis:
-        """Current text, tokens and absolute token times."""
+        """Current text, tokens and absolute token times.
+
+        sherpa-onnx hands out the whole hypothesis (its Python API has no way to ask for the
+        pieces added since a step), so reading it stays proportional to the utterance, in
+        C++ and pybind11; the text is assembled here only from what changed.
+        """
         result = self.engine.get_result_all(self.stream)
         start = float(result.start_time)
+        previous = self._last_pieces
         pieces = self._pieces(result)
         if self._from_pieces:
             text = self._assembled(pieces).text
+            unchanged = self._piece_text.unchanged
         else:
-            text = tidy_spacing(result.text)
-        times = np.round(np.add(result.timestamps, start), 3).tolist()
+            text = self._spaced_text.update(result.text)
+            unchanged = shared_prefix_len(previous, pieces, self._append_only)
+        times = tuple(np.round(np.add(result.timestamps, start), 3).tolist()[: len(pieces)])
+        if not self._append_only:
+            # a beam may switch to a path with the same pieces at other frames
+            unchanged = min(unchanged, shared_prefix_len(self._last_times, times, False))
+        self._last_times = times
         return Hypothesis(
             text=text,
             tokens=pieces,
-            token_times_s=tuple(times[: len(pieces)]),
+            token_times_s=times,
             segment_start_s=start,
+            unchanged_tokens=unchanged,
         )
 
     def _pieces(self, result: Any) -> tuple[str, ...]:
@@ -248,7 +277,7 @@ class SherpaStream:
     def _assembled(self, pieces: tuple[str, ...]) -> AssembledText:
         """Whole characters; once no more audio can come, an incomplete tail is dropped."""
         final = self._finished and not self.engine.is_ready(self.stream)
-        assembled = assemble(pieces, final=final)
+        assembled = self._piece_text.update(pieces, final=final)
         if final and assembled.dropped_bytes and self._reported_segment != self._segment:
             self._report_dropped(assembled.dropped_bytes)
         return assembled
@@ -266,11 +295,14 @@ class SherpaStream:
         """Begin a new segment after an endpoint."""
         if self._from_pieces:
             pieces = self._pieces(self.engine.get_result_all(self.stream))
-            dropped = assemble(pieces, final=True).dropped_bytes
+            dropped = self._piece_text.update(pieces, final=True).dropped_bytes
             if dropped and self._reported_segment != self._segment:
                 self._report_dropped(dropped)
         self.engine.reset(self.stream)
         self._last_pieces = ()
+        self._last_times = ()
+        self._piece_text.reset()
+        self._spaced_text.reset()
         self._segment += 1
 
     def input_finished(self) -> None:
