@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import sys
 from typing import Any
 
@@ -58,19 +57,6 @@ def _flag_type(self: TyperOption, ctx: Any) -> str | None:
 
 _value_type = TyperOption.display_type_rich
 TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
-
-# Signals that end a run the way Ctrl-C does: flush, summarise, close, then exit 128 + N.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-_stopped_by: list[int] = []
-
-
-def _on_stop_signal(signum: int, frame: object) -> None:
-    """Raise KeyboardInterrupt once, so the commands' Ctrl-C path flushes what was heard."""
-    first = not _stopped_by
-    _stopped_by.append(signum)
-    if first:
-        raise KeyboardInterrupt
-
 
 class _GuardedStdout:
     """sys.stdout, except that a failed write or flush raises OutputError, not OSError.
@@ -126,15 +112,16 @@ def _guard_stdout() -> None:
 def run(args: list[str] | None = None) -> int:
     """Run one command line and return its exit status; every failure ends in one line.
 
-    Beyond what Typer does: SIGTERM and SIGHUP stop a run like Ctrl-C (exit 143, 129), a
-    write to a closed or full stdout is a one-line error with exit 1, and so is a file name
+    Beyond what Typer does: SIGINT, SIGTERM and SIGHUP stop a run like Ctrl-C (exit 130,
+    143, 129), even while the main thread is stuck in an engine step (streamasr/interrupts.py);
+    a write to a closed or full stdout is a one-line error with exit 1, and so is a file name
     longer than the system allows.
     """
+    from streamasr import interrupts
     from streamasr.commands.common import report_error, silence_stdout
     from streamasr.errors import OutputError, StreamAsrError
 
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, _on_stop_signal)
+    interrupts.install(report_error)
     _guard_stdout()
     try:
         code = _invoke(args)
@@ -152,8 +139,9 @@ def run(args: list[str] | None = None) -> int:
         short = name if len(name) <= 60 else name[:57] + "..."
         report_error(f"file name too long ({len(name)} characters): {short}; shorten it")
         code = 1
-    if _stopped_by:
-        code = 128 + _stopped_by[0]
+    stopped_by = interrupts.stopped_by()
+    if stopped_by is not None:
+        code = 128 + stopped_by
     if isinstance(sys.stdout, _GuardedStdout):
         try:
             sys.stdout.flush()

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterable
 from typing import Annotated
 
+import numpy as np
 import typer
 
+from streamasr import interrupts
 from streamasr.audio import STDIN_NAME, RawFormat, check_raw_format, open_source, paced
 from streamasr.backends.base import Recognizer
 from streamasr.commands.common import (
@@ -55,6 +58,21 @@ def stream_one(
     blocks = source.blocks(session.block_s)
     if realtime:
         blocks = paced(blocks, source.sample_rate)
+    # a stop signal while the engine hangs: the finals are out already; end with the summary
+    with interrupts.on_abandon(lambda: renderer.end(session.summary())):
+        try:
+            _feed_all(session, blocks, renderer, progress)
+        finally:
+            source.close()
+
+
+def _feed_all(
+    session: StreamSession,
+    blocks: Iterable[np.ndarray],
+    renderer: Renderer,
+    progress: ProgressDisplay | None,
+) -> None:
+    """Feed every block; whatever stops it, flush the last final and the summary."""
     try:
         for block in blocks:
             for event in session.feed(block):
@@ -69,7 +87,6 @@ def stream_one(
         for event in session.finish():
             renderer.event(event)
         renderer.end(session.summary())
-        source.close()
 
 
 def register(app: typer.Typer) -> None:

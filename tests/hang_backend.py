@@ -1,0 +1,68 @@
+"""A test backend whose engine step hangs in C, the way a wedged native engine would.
+
+It is the energy backend (one token per burst) until the stream has decoded
+`STREAMASR_TEST_HANG_AT_S` seconds of audio (default 4); the next step locks a pthread mutex
+it already holds. That call never returns, releases the GIL like a real engine's compute
+call, and no Python signal handler can run in the thread that made it, so only the stop
+watcher (streamasr/interrupts.py) can end the process. When `STREAMASR_TEST_HANG_MARKER`
+names a file, the step writes it just before hanging, so a test knows when to send its signal.
+
+Loaded as `--backend hang_backend:BACKEND` with this folder on PYTHONPATH, model `hang`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+from energy_backend import FRAME_S, EnergyRecognizer, EnergyStream
+
+from streamasr.backends.base import BackendEntry, EngineOptions
+
+NAME = "hang"
+
+
+def hang_in_c() -> None:
+    """Lock a default (non-recursive) mutex twice: blocks forever, outside the interpreter."""
+    libc = ctypes.CDLL(None)
+    mutex = ctypes.create_string_buffer(64)  # zero bytes: PTHREAD_MUTEX_INITIALIZER on glibc
+    libc.pthread_mutex_lock(mutex)
+    libc.pthread_mutex_lock(mutex)
+
+
+class HangStream(EnergyStream):
+    """Steps like the energy stream, then hangs once `hang_at_s` of audio are decoded."""
+
+    def __init__(self, hang_at_s: float) -> None:
+        super().__init__()
+        self._hang_at_s = hang_at_s
+
+    def decode_step(self) -> bool:
+        if self.ready() and self._frames_done * FRAME_S >= self._hang_at_s:
+            marker = os.environ.get("STREAMASR_TEST_HANG_MARKER")
+            if marker:
+                Path(marker).write_text(f"{os.getpid()}\n", encoding="utf-8")
+            hang_in_c()
+        return super().decode_step()
+
+
+class HangRecognizer(EnergyRecognizer):
+    def create_stream(self) -> HangStream:
+        return HangStream(float(os.environ.get("STREAMASR_TEST_HANG_AT_S", "4")))
+
+
+def _recognises(model: str | None) -> bool:
+    return model == NAME
+
+
+def _load(model: str | None, options: EngineOptions) -> HangRecognizer:
+    return HangRecognizer(options)
+
+
+BACKEND = BackendEntry(
+    name=NAME,
+    summary="test backend: an engine step that never returns",
+    recognises=_recognises,
+    load=_load,
+)
