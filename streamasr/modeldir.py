@@ -10,11 +10,16 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from streamasr import catalog, store
 from streamasr.errors import ModelError, ModelMismatchError
-from streamasr.onnx_meta import EncoderMetadata, read_encoder_metadata, read_onnx_header
+from streamasr.onnx_meta import (
+    EncoderMetadata,
+    external_data_locations,
+    read_encoder_metadata,
+    read_onnx_header,
+)
 
 log = logging.getLogger("streamasr")
 
@@ -119,8 +124,47 @@ def resolve_model(
         files = ModelFiles(
             directory.name, kind, directory, encoder, tokens, meta, decoder, joiner
         )
+    check_confined(files)
     check_tokens(files)
     return files
+
+
+#: Files beside the ONNX files that an engine may read (hotwords read bpe.vocab).
+SIDE_FILES = ("bpe.vocab", "bpe.model")
+
+
+def check_confined(files: ModelFiles) -> None:
+    """Refuse a model whose files, or the tensor data its ONNX files name, lie outside it.
+
+    Why: a model folder is data from elsewhere. A tokens.txt or bpe.vocab that is a link to
+    another file, or an ONNX initializer whose external data location is `../../etc/passwd`,
+    makes loading the model read a file the user never meant to hand over.
+    """
+    folder = Path(os.path.realpath(files.directory))
+    used = [*files.onnx_files(), files.tokens]
+    used += [files.directory / n for n in SIDE_FILES if os.path.lexists(files.directory / n)]
+    for path in used:
+        _check_inside(folder, path, f"{path.name} is a link to a file outside the model folder")
+    for onnx_file in files.onnx_files():
+        for location in external_data_locations(onnx_file):
+            pure = PurePath(location)
+            where = f"{onnx_file.name} keeps tensor data in {location!r}"
+            if not location or pure.is_absolute() or ".." in pure.parts:
+                raise _outside(files.directory, f"{where}, outside the model folder")
+            _check_inside(folder, files.directory / location, f"{where}, outside the model folder")
+
+
+def _check_inside(folder: Path, path: Path, why: str) -> None:
+    real = Path(os.path.realpath(path))
+    if real != folder and folder not in real.parents:
+        raise _outside(folder, why)
+
+
+def _outside(folder: Path, why: str) -> ModelError:
+    return ModelError(
+        f"refusing to load the model in {folder}: {why}. A model may read only files in its "
+        "own folder; copy the file in (not a link), or use the model as released"
+    )
 
 
 def model_vocab_size(files: ModelFiles) -> tuple[int, Path] | None:

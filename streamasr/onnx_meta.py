@@ -260,6 +260,79 @@ def read_onnx_header(path: str | Path) -> OnnxHeader:
         ) from exc
 
 
+# Where tensors can live in external files (onnx.proto): GraphProto.node = 1,
+# initializer = 5, sparse_initializer = 15; NodeProto.attribute = 5; AttributeProto.t = 5,
+# g = 6, tensors = 10, graphs = 11, sparse_tensor = 22, sparse_tensors = 23;
+# SparseTensorProto.values = 1, indices = 2; TensorProto.external_data = 13.
+_GRAPH_NODE, _GRAPH_INITIALIZER, _GRAPH_SPARSE = 1, 5, 15
+_NODE_ATTRIBUTE = 5
+_ATTR_TENSORS, _ATTR_GRAPHS = {5, 10}, {6, 11}
+_ATTR_SPARSE = {22, 23}
+_TENSOR_EXTERNAL = 13
+#: Subgraphs (If, Loop, Scan bodies) nested deeper than this are refused, not followed.
+_MAX_GRAPH_DEPTH = 32
+
+
+def _tensor_locations(f: BinaryIO, end: int) -> list[str]:
+    found = []
+    for _, _, length in _walk_file(f, end, {_TENSOR_EXTERNAL}):
+        key, value = _metadata_entry(_read_small(f, length))
+        if key == "location":
+            found.append(value)
+    return found
+
+
+def _graph_locations(f: BinaryIO, end: int, depth: int) -> list[str]:
+    if depth > _MAX_GRAPH_DEPTH:
+        raise _WireError(f"subgraphs nested more than {_MAX_GRAPH_DEPTH} deep")
+    found: list[str] = []
+    wanted = {_GRAPH_NODE, _GRAPH_INITIALIZER, _GRAPH_SPARSE}
+    for number, start, length in _walk_file(f, end, wanted):
+        if number == _GRAPH_INITIALIZER:
+            found += _tensor_locations(f, start + length)
+        elif number == _GRAPH_SPARSE:
+            for _, s_start, s_len in _walk_file(f, start + length, {1, 2}):
+                found += _tensor_locations(f, s_start + s_len)
+        else:
+            for _, a_start, a_len in _walk_file(f, start + length, {_NODE_ATTRIBUTE}):
+                found += _attribute_locations(f, a_start + a_len, depth)
+    return found
+
+
+def _attribute_locations(f: BinaryIO, end: int, depth: int) -> list[str]:
+    found: list[str] = []
+    for number, start, length in _walk_file(f, end, _ATTR_TENSORS | _ATTR_GRAPHS | _ATTR_SPARSE):
+        if number in _ATTR_TENSORS:
+            found += _tensor_locations(f, start + length)
+        elif number in _ATTR_GRAPHS:
+            found += _graph_locations(f, start + length, depth + 1)
+        else:
+            for _, s_start, s_len in _walk_file(f, start + length, {1, 2}):
+                found += _tensor_locations(f, s_start + s_len)
+    return found
+
+
+def external_data_locations(path: str | Path) -> tuple[str, ...]:
+    """Every file name the model's tensors say their bytes live in (external data).
+
+    Why: onnxruntime opens these relative to the model's folder, so a location such as
+    `../../home/user/.ssh/id_rsa` makes loading a model read a file outside it. Walked like
+    the header: weights are seeked over, only the small location entries are read.
+    """
+    path = Path(path)
+    found: list[str] = []
+    try:
+        with path.open("rb") as f:
+            for _, start, length in _walk_file(f, path.stat().st_size, {_MODEL_GRAPH}):
+                found += _graph_locations(f, start + length, 0)
+    except (_WireError, OSError) as exc:
+        raise ModelError(
+            f"{path} is not a readable ONNX file ({exc}); "
+            "download the model again or point at the encoder .onnx file"
+        ) from exc
+    return tuple(dict.fromkeys(found))
+
+
 def _load_metadata_props(path: Path) -> dict[str, str]:
     """The ONNX file's metadata_props as a dict, read at a cost independent of its size."""
     return read_onnx_header(path).metadata

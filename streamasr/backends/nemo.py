@@ -113,22 +113,41 @@ def import_nemo_asr():
     return nemo_asr
 
 
-_LOADED: dict[tuple[str, str, int], object] = {}
+def require_nemo() -> None:
+    """A missing NeMo is said before anything about the model; importing it (~9 s) waits
+    until the model file has been checked."""
+    import importlib.util
+
+    if importlib.util.find_spec("nemo") is None:
+        import_nemo_asr()
 
 
-def load_model(nemo_asr, torch, path: Path, device: str):
-    """Restore a .nemo once per (file, device); recognizers at other look-aheads share it."""
-    key = (str(path.resolve()), device, path.stat().st_mtime_ns)
+_LOADED: dict[tuple[str, str, int, bool], object] = {}
+
+
+def load_model(torch, path: Path, device: str, trust_config: bool = False):
+    """Restore a .nemo once per (file, device); recognizers at other look-aheads share it.
+
+    The archive is unpacked and its config checked before NeMo is imported (nemo_archive.py
+    says why); `trust_config` lets in classes outside the allowlist, with a warning.
+    """
+    from streamasr.backends import nemo_archive
+
+    key = (str(path.resolve()), device, path.stat().st_mtime_ns, trust_config)
     if key not in _LOADED:
-        try:
-            with quiet_nemo():
-                _LOADED[key] = nemo_asr.models.ASRModel.restore_from(
-                    str(path), map_location=torch.device(device)
-                )
-        except Exception as exc:  # NeMo raises many types for a bad archive
-            raise ModelError(
-                f"NeMo could not load {path}: {exc}. Check that it is a complete .nemo file"
-            ) from exc
+        with nemo_archive.opened(path, trust_config) as vetted:
+            nemo_asr = import_nemo_asr()
+            try:
+                with quiet_nemo():
+                    _LOADED[key] = nemo_archive.restore(nemo_asr, torch, vetted, device)
+            except ModelError:
+                raise
+            except Exception as exc:  # NeMo raises many types for a bad archive
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise ModelError(
+                    f"NeMo could not load {path}: {first}. "
+                    "Check that it is a complete .nemo file"
+                ) from exc
     return _LOADED[key]
 
 
@@ -144,6 +163,8 @@ class NemoRecognizer:
     `cache_aware_only=False` lets a model that is not cache-aware (band attention or
     non-causal convolutions) be streamed the same way: its output then differs from offline,
     which is what the counter-example test measures. Users get the refusal.
+    `trust_config=True` lets the .nemo's config name classes outside streamasr's allowlist
+    (`--trust-model-config`: that runs code from the file).
     """
 
     def __init__(
@@ -156,6 +177,7 @@ class NemoRecognizer:
         cache_aware_only: bool = True,
         max_symbols: int = 10,
         threads: int | None = None,
+        trust_config: bool = False,
     ) -> None:
         self.device = check_device(device)
         torch = import_torch()
@@ -164,14 +186,14 @@ class NemoRecognizer:
                 raise UsageError(f"--threads must be at least 1, got {threads}")
             # process-wide in torch; on a busy machine more threads than free cores spin
             torch.set_num_threads(threads)
-        nemo_asr = import_nemo_asr()
+        require_nemo()
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelError(
                 f"NeMo model {self.path} does not exist; give a .nemo file "
                 "(e.g. models/tiny-nemo-streaming/tiny-nemo-streaming.nemo)"
             )
-        model = load_model(nemo_asr, torch, self.path, self.device)
+        model = load_model(torch, self.path, self.device, trust_config)
         self.model = model.eval()
         self.encoder = model.encoder
         self.max_symbols = max_symbols
@@ -653,6 +675,7 @@ def _load(model: str | None, options: EngineOptions) -> NemoRecognizer:
         att_context_size=getattr(nemo_options, "att_context_size", None),
         decoder=getattr(nemo_options, "decoder", None),
         threads=options.threads if device == "cpu" else None,
+        trust_config=bool(getattr(nemo_options, "trust_config", False)),
     )
 
 

@@ -2,10 +2,11 @@
 
 Typer has no option groups, so a command asks for the group with a decorator and takes one
 parameter, `model_options: ModelOptions`; the decorator adds the group's options (`--model`,
-`--backend`, `--gpu`, `--device`, `--chunk`, `--att-context-size`, `--decoder`, `--fp32`,
-`--threads`, `--decoding-method`, `--hotwords`, `--hotwords-score`, `--endpoint`, `--rule1/2/3`,
-`--block-ms`, `--tail-padding`, `--onset-dbfs`) to the command's signature where that
-parameter stands, and hands the command their values as one frozen dataclass:
+`--backend`, `--gpu`, `--device`, `--chunk`, `--att-context-size`, `--decoder`,
+`--trust-model-config`, `--fp32`, `--threads`, `--decoding-method`, `--hotwords`,
+`--hotwords-score`, `--endpoint`, `--rule1/2/3`, `--block-ms`, `--tail-padding`,
+`--onset-dbfs`) to the command's signature where that parameter stands, and hands the
+command their values as one frozen dataclass:
 
     @app.command("file")
     @with_model_options()
@@ -66,6 +67,7 @@ class ModelOptions:
     chunk: int | None = None
     att_context_size: str | None = None  # "L,R" as typed; parsed by att_context()
     decoder: str | None = None
+    trust_model_config: bool = False
     fp32: bool = False
     threads: int = DEFAULT_THREADS
     decoding_method: str = "greedy_search"
@@ -124,6 +126,11 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec(
         "decoder", str | None, ("--decoder",),
         "rnnt or ctc: which head of a hybrid NeMo model decodes (default the model's own).",
+    ),
+    _Spec(
+        "trust_model_config", bool, ("--trust-model-config",),
+        "NeMo: load a .nemo whose config names classes outside streamasr's list of "
+        "FastConformer parts. This runs code from the file: only for files you trust.",
     ),
     _Spec("fp32", bool, ("--fp32",), "Use fp32 ONNX files even if int8 exist."),
     _Spec(
@@ -285,7 +292,7 @@ def engine_options(options: ModelOptions) -> EngineOptions:
         hotwords_score=options.hotwords_score,
         sherpa=SherpaOptions(chunk=options.chunk, prefer_int8=not options.fp32),
         nemo=NemoOptions(att_context_size=att_context(options.att_context_size),
-                         decoder=options.decoder),
+                         decoder=options.decoder, trust_config=options.trust_model_config),
     )
 
 
@@ -321,6 +328,11 @@ def check_engine_fit(options: ModelOptions, backend_name: str) -> None:
         if options.decoder is not None:
             raise UsageError(
                 "--decoder chooses a head of a hybrid NeMo model; this is a sherpa-onnx model"
+            )
+        if options.trust_model_config:
+            raise UsageError(
+                "--trust-model-config is for NeMo .nemo files; a sherpa-onnx model names no "
+                "code to trust, so drop it"
             )
     if backend_name == "nemo":
         if options.chunk is not None:
