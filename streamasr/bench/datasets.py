@@ -1,4 +1,5 @@
-"""Benchmark dataset readers: LibriSpeech-style folders, Kaldi data dirs, JSONL manifests.
+"""Benchmark dataset readers: LibriSpeech-style folders (and `trans.txt` beside the clips, as
+the bundled test_wavs/ are), Kaldi data dirs, JSONL manifests, TSV/CSV tables (tables.py).
 
 A reader never stops at a bad row: it records the file and line number and a reason, skips
 the row, and goes on. Rows whose audio file is missing are counted separately, because a
@@ -13,14 +14,19 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamasr.errors import DatasetError
+
+if TYPE_CHECKING:
+    from streamasr.bench.tables import TableColumns
 
 log = logging.getLogger("streamasr")
 
 AUDIO_SUFFIXES = (".flac", ".wav", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
-FORMATS = ("librispeech", "kaldi", "jsonl")
+FORMATS = ("librispeech", "kaldi", "jsonl", "table")
+# transcripts of a LibriSpeech-style folder: `<id> TEXT` lines, audio `<id>.<ext>` beside them
+TRANSCRIPT_GLOBS = ("*.trans.txt", "trans.txt")
 SPAN_SLACK_S = 0.05  # a span may end this far past the audio (rounding in alignments)
 
 
@@ -73,34 +79,50 @@ def detect_format(path: Path) -> str:
     if path.is_file():
         if path.suffix in (".jsonl", ".json"):
             return "jsonl"
+        if path.suffix.lower() in (".tsv", ".csv"):
+            return "table"
         if path.name == "wav.scp" or path.name == "text":
             return "kaldi"
         raise DatasetError(
-            f"{path}: not a dataset; pass a JSONL manifest (.jsonl), a Kaldi data directory "
-            "(wav.scp + text) or a LibriSpeech-style directory (*.trans.txt beside the audio)"
+            f"{path}: not a dataset; pass a JSONL manifest (.jsonl), a TSV/CSV table, a Kaldi "
+            "data directory (wav.scp + text) or a folder with *.trans.txt or trans.txt beside "
+            "the audio"
         )
     if not path.is_dir():
         raise DatasetError(f"{path}: no such file or directory; check the dataset path")
     if (path / "wav.scp").is_file() or (path / "text").is_file():
         return "kaldi"
-    if next(path.rglob("*.trans.txt"), None) is not None:
+    if _transcripts(path):
         return "librispeech"
     raise DatasetError(
-        f"{path}: found neither wav.scp/text (Kaldi) nor *.trans.txt (LibriSpeech) nor a "
-        "manifest; pass a JSONL manifest file, a Kaldi data dir or a LibriSpeech-style folder"
+        f"{path}: found neither wav.scp/text (Kaldi) nor *.trans.txt / trans.txt "
+        "(LibriSpeech-style) nor a manifest; pass a JSONL manifest, a TSV/CSV table, a Kaldi "
+        "data dir or a LibriSpeech-style folder"
     )
 
 
-def load_dataset(path: str | Path, fmt: str | None = None) -> Dataset:
-    """Read a dataset in any supported layout (detected unless `fmt` names it)."""
+def _transcripts(root: Path) -> list[Path]:
+    return sorted({p for pattern in TRANSCRIPT_GLOBS for p in root.rglob(pattern)})
+
+
+def load_dataset(
+    path: str | Path, fmt: str | None = None, columns: TableColumns | None = None
+) -> Dataset:
+    """Read a dataset in any supported layout (detected unless `fmt` names it); `columns`
+    names a table's audio and text columns (found by name when not given)."""
     root = Path(path).expanduser()
     chosen = fmt or detect_format(root)
     if chosen not in FORMATS:
         raise DatasetError(f"unknown dataset format {chosen!r}; use one of: {', '.join(FORMATS)}")
     if chosen == "kaldi" and root.is_file():
         root = root.parent
-    reader = {"librispeech": _read_librispeech, "kaldi": _read_kaldi, "jsonl": _read_jsonl}
-    utterances, bad = reader[chosen](root)
+    if chosen == "table":
+        from streamasr.bench import tables
+
+        utterances, bad = tables.read_table(root, columns or tables.TableColumns())
+    else:
+        reader = {"librispeech": _read_librispeech, "kaldi": _read_kaldi, "jsonl": _read_jsonl}
+        utterances, bad = reader[chosen](root)
     present, missing = _split_missing(utterances)
     present = _check_spans(present, bad)
     for row in bad:
@@ -143,9 +165,9 @@ def _read_librispeech(root: Path) -> tuple[list[Utterance], list[BadRow]]:
     utterances: list[Utterance] = []
     bad: list[BadRow] = []
     seen: dict[str, str] = {}
-    transcripts = sorted(root.rglob("*.trans.txt"))
+    transcripts = _transcripts(root)
     if not transcripts:
-        raise DatasetError(f"{root}: no *.trans.txt files found under it")
+        raise DatasetError(f"{root}: no *.trans.txt or trans.txt files found under it")
     for trans in transcripts:
         for number, line in _lines(trans, bad):
             utt_id, text = _id_and_text(line)

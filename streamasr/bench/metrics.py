@@ -251,10 +251,34 @@ def model_metric(model_name: str, token_type: str) -> str:
     return "wer"
 
 
-def info_metric(info: BackendInfo, model: str | None = None) -> str:
-    """The metric for a loaded model: by the name the user gave if it is a catalog name, else
-    by the loaded model's own name, else by the token type it declares."""
+def reference_metric(references: Iterable[str]) -> str:
+    """cer when the references are CJK characters only, mer when they mix CJK characters
+    and other words, else wer: what the text itself says when the model declares nothing."""
+    cjk = other = 0
+    for text in references:
+        for word in text.split():
+            if any(is_cjk(char) for char in word):
+                cjk += 1
+                if any(char.isalpha() and not is_cjk(char) for char in word):
+                    other += 1
+            elif any(char.isalnum() for char in word):
+                other += 1
+    if not cjk:
+        return "wer"
+    return "mer" if other else "cer"
+
+
+def info_metric(
+    info: BackendInfo, model: str | None = None, references: Iterable[str] | None = None
+) -> str:
+    """The metric for a loaded model: by its language when it declares one (a catalog name the
+    user gave or the loaded model's own, or a CJK token type); otherwise, given the references,
+    by what they are written in (a Chinese test set scored on a byte-level model is CER);
+    else wer."""
     from streamasr.catalog import find
 
     name = model if model is not None and find(model) is not None else info.model_name
+    declares = find(name) is not None or info.token_type in ("cjkchar", "cjkchar+bpe")
+    if not declares and references is not None:
+        return reference_metric(references)
     return model_metric(name, info.token_type)

@@ -493,6 +493,18 @@ def load_baseline(path: Path) -> dict[str, Any]:
 DEFAULT_COMPARED = ("error_rate", "first_token_p50", "first_token_p90", "final_p50", "rtf")
 
 
+def check_baseline_matches(baseline: dict[str, Any], settings: Sequence[str], path: str) -> None:
+    """--fail-on compares settings by name: with none in common, every check would be vacuous
+    and the gate would pass whatever the run gives. Refuse that before anything runs."""
+    names = [s.get("name") for s in baseline.get("settings", []) if isinstance(s, dict)]
+    if not set(names) & set(settings):
+        raise UsageError(
+            f"--fail-on: --baseline {path} has no setting of this run to compare "
+            f"(it has {', '.join(map(str, names)) or 'none'}; this run has "
+            f"{', '.join(settings)}); run the baseline's settings or make a new baseline"
+        )
+
+
 def compare(
     baseline: dict[str, Any], current: dict[str, Any], rules: Sequence[Rule] = ()
 ) -> list[Check]:

@@ -36,8 +36,9 @@ def register(app: typer.Typer) -> None:
         dataset: Annotated[
             Path,
             typer.Argument(
-                help="LibriSpeech-style folder (*.trans.txt), Kaldi data dir (wav.scp + text) "
-                "or JSONL manifest (audio_filepath, text, ...)."
+                help="LibriSpeech-style folder (*.trans.txt, or trans.txt beside the clips), "
+                "Kaldi data dir (wav.scp + text), JSONL manifest (audio_filepath, text, ...) "
+                "or TSV/CSV table (a path and a text column, e.g. Common Voice's test.tsv)."
             ),
         ],
         model_options: ModelOptions,
@@ -57,6 +58,16 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         limit: Annotated[int | None, typer.Option(help="Use only the first N utterances.")] = None,
+        audio_column: Annotated[
+            str | None,
+            typer.Option(help="TSV/CSV datasets: the column with the audio path (default: "
+                         "the first of path, audio, audio_filepath, file, filename, wav)."),
+        ] = None,
+        text_column: Annotated[
+            str | None,
+            typer.Option(help="TSV/CSV datasets: the column with the reference text (default: "
+                         "the first of sentence, text, transcript, transcription)."),
+        ] = None,
         metric: Annotated[
             str,
             typer.Option(
@@ -123,6 +134,8 @@ def register(app: typer.Typer) -> None:
             chunk=chunk,
             att_context_size=att_context_size,
             limit=limit,
+            audio_column=audio_column,
+            text_column=text_column,
             metric=metric,
             realtime=realtime,
             streams=streams,
@@ -154,6 +167,8 @@ class BenchRequest:
     chunk: str | None = None  # "16,32"
     att_context_size: str | None = None  # "70,1/70,13"
     limit: int | None = None
+    audio_column: str | None = None  # TSV/CSV datasets; None = found by name
+    text_column: str | None = None
     metric: str = "auto"
     realtime: bool = False
     streams: str | int = 1
@@ -206,6 +221,7 @@ def run_bench(request: BenchRequest) -> bool:
     from streamasr.bench.outdir import RecordLog, check_out
     from streamasr.bench.runner import RunOptions
     from streamasr.bench.sweep import parse_att_list, parse_int_list, plan_settings, run_setting
+    from streamasr.bench.tables import TableColumns
     from streamasr.commands.options import (
         backend_and_device,
         check_engine_fit,
@@ -234,7 +250,10 @@ def run_bench(request: BenchRequest) -> bool:
     rules = report.parse_fail_on(request.fail_on) if request.fail_on else []
     baseline = report.load_baseline(request.baseline) if request.baseline else None
     settings = plan_settings(group.model, engine, chunks, atts, backend)
-    data = load_dataset(request.dataset).limited(request.limit)
+    if baseline is not None and rules:
+        report.check_baseline_matches(baseline, [s.name for s in settings], str(request.baseline))
+    columns = TableColumns(request.audio_column, request.text_column)
+    data = load_dataset(request.dataset, columns=columns).limited(request.limit)
     if not data.utterances:
         raise DatasetError(
             f"{data.path}: no usable utterances ({len(data.bad_rows)} bad rows, "
@@ -243,7 +262,7 @@ def run_bench(request: BenchRequest) -> bool:
     info = settings[0].recognizer.info
     metric = request.metric
     if metric == "auto":
-        metric = info_metric(info, group.model)
+        metric = info_metric(info, group.model, [u.text for u in data.utterances])
     options = RunOptions(stream, metric=metric, realtime=request.realtime)
     run = report.run_record(
         {
