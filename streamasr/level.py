@@ -22,6 +22,11 @@ DEFAULT_FLOOR_DBFS = -60.0  # below this a block counts as "no signal"
 DEFAULT_NO_SIGNAL_S = 3.0  # warn after this long below the floor
 DEFAULT_PEAK_HOLD_S = 1.5  # how long the peak marker stays at a maximum
 DEFAULT_CLIP_HOLD_S = 2.0  # how long a clipping warning stays up after the last clipped block
+# A block clips when a run of this many samples sits at full scale (the usual meter rule: one
+# full-scale sample is a loud transient, a run is a flattened waveform) or when this share of
+# its samples does; a single full-scale sample never raises the warning.
+CLIP_RUN_SAMPLES = 3
+CLIP_SHARE = 0.001
 
 
 def dbfs(samples: np.ndarray) -> float:
@@ -45,6 +50,19 @@ def clipped_count(samples: np.ndarray) -> int:
     return int(np.count_nonzero(np.abs(samples) >= FULL_SCALE))
 
 
+def block_clips(samples: np.ndarray, clipped: int | None = None) -> bool:
+    """A run of CLIP_RUN_SAMPLES full-scale samples, or CLIP_SHARE of the block (and at least
+    CLIP_RUN_SAMPLES samples) at full scale. `clipped` is clipped_count(samples) if known."""
+    count = clipped_count(samples) if clipped is None else clipped
+    if count < CLIP_RUN_SAMPLES:
+        return False
+    if count >= CLIP_SHARE * len(samples):
+        return True
+    at_full = (np.abs(samples) >= FULL_SCALE).astype(np.int32)
+    runs = np.convolve(at_full, np.ones(CLIP_RUN_SAMPLES, np.int32), mode="valid")
+    return bool(runs.max() >= CLIP_RUN_SAMPLES)
+
+
 @dataclass(frozen=True)
 class LevelOptions:
     """Thresholds of the meter."""
@@ -61,7 +79,8 @@ class LevelReading:
 
     `silent_for_s` counts from the last block at or above the floor (or from the start);
     `no_signal` is set once it reaches the option's `no_signal_s`. `clipping` stays set for
-    `clip_hold_s` after the last block with a sample at full scale.
+    `clip_hold_s` after the last block that clipped (block_clips: a run of full-scale samples
+    or a share of them, never one alone).
     """
 
     level_dbfs: float
@@ -80,7 +99,7 @@ class LevelTotals:
     audio_s: float
     max_level_dbfs: float
     max_peak_dbfs: float
-    clipped_samples: int
+    clipped_samples: int  # full-scale samples in the blocks that clipped
     clipped_blocks: int
     floor_dbfs: float
 
@@ -91,8 +110,8 @@ class LevelTotals:
 
     @property
     def clipped(self) -> bool:
-        """At least one sample reached full scale."""
-        return self.clipped_samples > 0
+        """At least one block clipped (block_clips); a lone full-scale sample does not count."""
+        return self.clipped_blocks > 0
 
 
 class LevelMeter:
@@ -129,7 +148,7 @@ class LevelMeter:
         self._samples += len(samples)
         self._max_level = max(self._max_level, level)
         self._max_peak = max(self._max_peak, peak)
-        if clipped:
+        if block_clips(samples, clipped):
             self._clipped_samples += clipped
             self._clipped_blocks += 1
             self._last_clip = now

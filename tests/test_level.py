@@ -288,3 +288,17 @@ def test_the_live_view_on_a_real_terminal_keeps_the_meter_whole_below_messages(
     final = screens[-1]
     assert not any("dBFS" in line for line in final), "\n".join(final)
     assert any("first token p50" in line for line in final)
+
+
+def test_one_full_scale_sample_is_a_transient_and_a_run_of_them_clips() -> None:
+    """A lone full-scale sample (a click, a plosive) is not clipping; three in a row are."""
+    meter = LevelMeter(RATE)
+    block = sine(0.3, seconds=0.3)
+    block[100] = 1.0
+    assert not meter.update(block).clipping
+    assert not meter.totals().clipped
+    run = sine(0.3, seconds=0.3)
+    run[200:203] = -1.0
+    assert meter.update(run).clipping
+    totals = meter.totals()
+    assert totals.clipped and totals.clipped_blocks == 1 and totals.clipped_samples == 3
