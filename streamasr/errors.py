@@ -31,6 +31,11 @@ class ModelMismatchError(UsageError, ModelError):
     """
 
 
+class BackendError(StreamAsrError):
+    """A backend returned something the core cannot use (a NaN or decreasing token time, text
+    that is not a string); the message names the backend, whose bug it is."""
+
+
 class DependencyError(StreamAsrError):
     """An optional package or system library is missing; the message says how to install it."""
 

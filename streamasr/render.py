@@ -18,6 +18,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from streamasr.errors import StreamAsrError
 from streamasr.events import Event, Final, FirstToken, Partial, StreamSummary
 from streamasr.level import LevelReading
 from streamasr.progress import ProgressReading, ProgressTracker
@@ -173,7 +174,14 @@ class JsonlRenderer:
         )
 
     def _write(self, record: dict[str, object]) -> None:
-        self.out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        try:
+            line = json.dumps(record, ensure_ascii=False, allow_nan=False)
+        except ValueError as exc:  # NaN or infinity: not JSON, and a reader would choke
+            raise StreamAsrError(
+                f"refusing to write a {record.get('type')} record holding a number that is "
+                "not a finite number (NaN or infinity): JSON has no such numbers"
+            ) from exc
+        self.out.write(line + "\n")
         self.out.flush()
 
 

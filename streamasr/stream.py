@@ -6,6 +6,7 @@ so tests can drive the loop with a fake clock and get exact timings.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ import numpy as np
 
 from streamasr.backends.base import EndpointOptions, Hypothesis, Recognizer, RecognizerStream
 from streamasr.endpointing import Endpointer
+from streamasr.errors import BackendError
 from streamasr.events import Endpoint, Event, Final, FirstToken, Partial, StreamSummary
 from streamasr.onset import OnsetDetector, OnsetOptions
 from streamasr.resample import StreamResampler
@@ -73,6 +75,7 @@ class StreamSession:
             self._resampler = StreamResampler(sample_rate, info.sample_rate_hz)
             self._engine_rate = info.sample_rate_hz
         self._endpointer = Endpointer(options.endpoint, self._frame_s)
+        self._backend = info.backend
         self._start_wall = clock()
         self._samples_fed = 0
         self._compute_s = 0.0
@@ -156,7 +159,7 @@ class StreamSession:
 
     def after_step(self) -> list[Event]:
         """What one encoder step changed: a partial, and an endpoint with its final."""
-        hyp = self.stream.hypothesis()
+        hyp = self._hypothesis()
         events: list[Event] = []
         if hyp.text != self._shown:
             events.extend(self._partial(hyp))
@@ -174,7 +177,7 @@ class StreamSession:
         if self._closed or self._samples_fed == 0:
             return []
         self._closed = True
-        hyp = self.stream.hypothesis()
+        hyp = self._hypothesis()
         return [self._final(hyp)] if hyp.text else []
 
     def add_compute(self, seconds: float) -> None:
@@ -203,6 +206,12 @@ class StreamSession:
             ),
             revisions=self._revisions,
         )
+
+    def _hypothesis(self) -> Hypothesis:
+        """The backend's hypothesis, checked where it is new (see check_hypothesis)."""
+        hyp = self.stream.hypothesis()
+        check_hypothesis(hyp, self._backend)
+        return hyp
 
     def _decode_ready(self) -> list[Event]:
         events: list[Event] = []
@@ -290,3 +299,47 @@ def first_token_onset(
     if segment_start_s <= audio_s:
         return segment_start_s, "segment_start"
     return audio_s, "text_before_onset"
+
+
+def check_hypothesis(hyp: Hypothesis, backend: str) -> None:
+    """Refuse what a backend must never return: text or tokens that are not strings, token
+    times that are not finite, negative or decreasing, a non-finite segment start.
+
+    Only the tokens after `hyp.unchanged_tokens` (and the last unchanged one, for order) are
+    looked at, so the check costs what the step added. Raises BackendError naming `backend`.
+    """
+
+    def bad(what: str) -> BackendError:
+        return BackendError(
+            f"backend {backend!r} returned {what}; this is a bug in the backend, not in the "
+            "audio (report it to the backend's authors)"
+        )
+
+    if not isinstance(hyp.text, str):
+        raise bad(f"text of type {type(hyp.text).__name__}, not str")
+    tokens, times = hyp.tokens, hyp.token_times_s
+    if not isinstance(tokens, (tuple, list)) or not isinstance(times, (tuple, list)):
+        raise bad("tokens or token times that are not sequences")
+    unchanged = hyp.unchanged_tokens
+    if not isinstance(unchanged, int) or not 0 <= unchanged <= len(tokens):
+        raise bad(f"unchanged_tokens {unchanged!r} for {len(tokens)} tokens")
+    for index in range(unchanged, len(tokens)):
+        if not isinstance(tokens[index], str):
+            raise bad(f"token {index} of type {type(tokens[index]).__name__}, not str")
+    first = max(0, min(unchanged, len(times)) - 1)
+    previous = 0.0
+    for index in range(first, len(times)):
+        value = times[index]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad(f"token time {index} of type {type(value).__name__}, not float")
+        if not math.isfinite(value) or value < 0:
+            raise bad(f"token time {index} = {value} s (times must be finite and >= 0)")
+        if value < previous:
+            raise bad(
+                f"token time {index} = {value} s after {previous} s "
+                "(times must not decrease)"
+            )
+        previous = value
+    start = hyp.segment_start_s
+    if isinstance(start, bool) or not isinstance(start, (int, float)) or not math.isfinite(start):
+        raise bad(f"segment start {start!r} (must be a finite number of seconds)")

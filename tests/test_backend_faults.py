@@ -1,0 +1,106 @@
+"""What a backend returns is checked at the seam: a bad value is one error naming the backend.
+
+The faulty backends (faulty_backend.py beside this file) are the energy test backend with one
+fault each, from the second token of a segment on. Each runs in a fresh `streamasr file`
+process: exit 1, one line on stderr naming the backend, and stdout stays valid JSONL (no NaN).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from streamasr.backends.base import Hypothesis
+from streamasr.errors import BackendError
+from streamasr.render import JsonlRenderer
+from streamasr.stream import check_hypothesis
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+
+@pytest.fixture(scope="module")
+def burst_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three 440 Hz bursts at 16 kHz: three tokens from the energy backend."""
+    rate = 16000
+    audio = np.zeros(3 * rate, np.float32)
+    tone = (0.3 * np.sin(2 * np.pi * 440 * np.arange(int(0.15 * rate)) / rate)).astype(np.float32)
+    for start_s in (0.5, 1.0, 1.5):
+        audio[int(start_s * rate) : int(start_s * rate) + len(tone)] = tone
+    path = tmp_path_factory.mktemp("faults") / "bursts.wav"
+    sf.write(path, audio, rate, subtype="PCM_16")
+    return path
+
+
+def _strict_json(line: str) -> dict:
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} in JSON")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    ("entry", "name", "says"),
+    [
+        ("NAN_TIME", "faulty-nan-time", "nan"),
+        ("DECREASING_TIMES", "faulty-decreasing-times", "must not decrease"),
+        ("BYTES_TOKEN", "faulty-bytes-token", "bytes, not str"),
+        ("BYTES_TEXT", "faulty-bytes-text", "bytes, not str"),
+    ],
+)
+def test_a_bad_value_from_a_backend_is_one_line_naming_it(
+    burst_wav: Path, entry: str, name: str, says: str
+) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(REPO)]))
+    done = subprocess.run(
+        [sys.executable, "-m", "streamasr.cli", "file", str(burst_wav),
+         "--backend", f"faulty_backend:{entry}", "--model", "energy-bursts", "-f", "jsonl"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert name in lines[0] and says in lines[0] and "Traceback" not in done.stderr
+    records = [_strict_json(line) for line in done.stdout.splitlines()]
+    # the good first partial got out before the bad one was refused
+    assert [r["text"] for r in records if r["type"] == "partial"] == ["B1"]
+
+
+def test_only_the_new_part_is_checked_but_order_across_it_is() -> None:
+    good = Hypothesis(text="a b", tokens=("a", "b"), token_times_s=(0.1, 0.2))
+    check_hypothesis(good, "x")
+    # the backend vouches for the first token: a bad value there is not looked at again
+    check_hypothesis(Hypothesis(text="a b", tokens=(b"a", "b"), token_times_s=(0.1, 0.2),  # type: ignore[arg-type]
+                                unchanged_tokens=1), "x")
+    with pytest.raises(BackendError, match="'x'.*must not decrease"):
+        check_hypothesis(Hypothesis(text="a b", tokens=("a", "b"), token_times_s=(0.3, 0.2),
+                                    unchanged_tokens=1), "x")
+    for times in ((-0.1,), (math.inf,), (math.nan,)):
+        with pytest.raises(BackendError, match="finite and >= 0"):
+            check_hypothesis(Hypothesis(text="a", tokens=("a",), token_times_s=times), "x")
+    with pytest.raises(BackendError, match="unchanged_tokens"):
+        check_hypothesis(Hypothesis(text="a", tokens=("a",), unchanged_tokens=2), "x")
+    with pytest.raises(BackendError, match="segment start"):
+        check_hypothesis(Hypothesis(text="", segment_start_s=math.nan), "x")
+
+
+def test_jsonl_renderer_never_writes_nan() -> None:
+    import io
+
+    from streamasr.errors import StreamAsrError
+    from streamasr.events import StreamSummary
+
+    out = io.StringIO()
+    renderer = JsonlRenderer(out)
+    with pytest.raises(StreamAsrError, match="not a finite number"):
+        renderer.end(StreamSummary(source="s", audio_s=1.0, compute_s=math.nan, wall_s=1.0,
+                                   text=""))
+    assert out.getvalue() == ""
