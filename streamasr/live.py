@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Literal
 
+from streamasr import interrupts
 from streamasr.backends.base import Recognizer
 from streamasr.errors import OutputError
 from streamasr.events import Event, FirstToken, StreamSummary
@@ -202,66 +203,9 @@ def run_capture(
     # the meter runs on audio time: a backlog must not make silence look shorter or longer
     meter = LevelMeter(source.sample_rate, clock=lambda: fed / source.sample_rate)
     reading: LevelReading | None = None
-    source.start()
-    try:
-        for block in source.blocks():
-            samples = block.samples
-            if limit is not None:
-                samples = samples[: limit - fed]
-            captured += len(block.samples)
-            if session is None or clock is None:
-                clock = CaptureClock(block.arrived_s, len(block.samples) / source.sample_rate)
-                live = dataclasses.replace(options, paced=True)  # a microphone is live
-                session = StreamSession(recognizer, source.sample_rate, name, live, clock)
-                output.begin(name)
-                mix = (
-                    f"channel {source.channel}"
-                    if source.channel
-                    else f"{source.channels} channel(s) averaged"
-                )
-                output.say(
-                    f"listening: {name}, {source.sample_rate} Hz, {mix}; Ctrl-C to stop", "info"
-                )
-            clock.observe(block.arrived_s, captured / source.sample_rate)
-            if writer is not None:
-                writer.write(samples)
-            fed += len(samples)
-            for event in session.feed(samples):
-                output.event(event)
-            output.raise_log_error()
-            if len(samples):
-                previous, reading = reading, meter.update(samples)
-                output.level(reading, previous)
-            stats = source.stats()
-            now = time.monotonic()
-            backlog = source.backlog_s
-            if backlog >= BACKLOG_WARN_S and now - last_warn["backlog"] >= WARN_EVERY_S:
-                last_warn["backlog"] = now
-                output.say(
-                    f"decoding is behind real time: {backlog:.1f} s of captured audio waiting",
-                    "warn",
-                )
-            if stats.dropped_blocks > seen_dropped:
-                seen_dropped = stats.dropped_blocks
-                output.say(
-                    f"dropped {stats.dropped_s:.1f} s of audio in total: the backlog "
-                    "reached --max-backlog",
-                    "alarm",
-                )
-            if (
-                stats.input_overflows > seen_overflows
-                and now - last_warn["overflow"] >= WARN_EVERY_S
-            ):
-                seen_overflows = stats.input_overflows
-                last_warn["overflow"] = now
-                output.say(
-                    f"PortAudio reported {seen_overflows} input overflow(s): audio was "
-                    "lost before it reached streamasr",
-                    "warn",
-                )
-            if limit is not None and fed >= limit:
-                break
-    finally:
+
+    def wrap_up() -> StreamSummary | None:
+        """Flush the last final, the summary, the files and the end report."""
         source.close()
         summary = None
         if session is not None:
@@ -274,6 +218,82 @@ def run_capture(
         output.close()
         _report_end(source, output, summary, writer)
         _report_level(output, meter.totals())
+        return summary
+
+    def abandoned() -> None:
+        """The engine hung and a stop signal came: all of the above but the last decode."""
+        summary = session.summary() if session is not None else None
+        if summary is not None:
+            output.end(summary)
+        if writer is not None:
+            writer.close()
+        output.close()
+        _report_end(source, output, summary, writer)
+
+    source.start()
+    with interrupts.on_abandon(abandoned):
+        try:
+            for block in source.blocks():
+                samples = block.samples
+                if limit is not None:
+                    samples = samples[: limit - fed]
+                captured += len(block.samples)
+                if session is None or clock is None:
+                    clock = CaptureClock(block.arrived_s, len(block.samples) / source.sample_rate)
+                    live = dataclasses.replace(options, paced=True)  # a microphone is live
+                    session = StreamSession(recognizer, source.sample_rate, name, live, clock)
+                    output.begin(name)
+                    mix = (
+                        f"channel {source.channel}"
+                        if source.channel
+                        else f"{source.channels} channel(s) averaged"
+                    )
+                    output.say(
+                        f"listening: {name}, {source.sample_rate} Hz, {mix}; Ctrl-C to stop", "info"
+                    )
+                clock.observe(block.arrived_s, captured / source.sample_rate)
+                if writer is not None:
+                    writer.write(samples)
+                fed += len(samples)
+                for event in session.feed(samples):
+                    output.event(event)
+                output.raise_log_error()
+                if len(samples):
+                    previous, reading = reading, meter.update(samples)
+                    output.level(reading, previous)
+                stats = source.stats()
+                now = time.monotonic()
+                backlog = source.backlog_s
+                if backlog >= BACKLOG_WARN_S and now - last_warn["backlog"] >= WARN_EVERY_S:
+                    last_warn["backlog"] = now
+                    output.say(
+                        f"decoding is behind real time: {backlog:.1f} s of captured audio waiting",
+                        "warn",
+                    )
+                if stats.dropped_blocks > seen_dropped:
+                    seen_dropped = stats.dropped_blocks
+                    output.say(
+                        f"dropped {stats.dropped_s:.1f} s of audio in total: the backlog "
+                        "reached --max-backlog",
+                        "alarm",
+                    )
+                if (
+                    stats.input_overflows > seen_overflows
+                    and now - last_warn["overflow"] >= WARN_EVERY_S
+                ):
+                    seen_overflows = stats.input_overflows
+                    last_warn["overflow"] = now
+                    output.say(
+                        f"PortAudio reported {seen_overflows} input overflow(s): audio was "
+                        "lost before it reached streamasr",
+                        "warn",
+                    )
+                if limit is not None and fed >= limit:
+                    break
+        finally:
+            # a stop signal now must not cut the flush in half: it is raised after it
+            with interrupts.deferred():
+                summary = wrap_up()
     return summary
 
 

@@ -29,6 +29,9 @@ from streamasr.errors import DependencyError, DeviceError, OutputError, UsageErr
 log = logging.getLogger("streamasr")
 
 DEFAULT_MAX_BACKLOG_S = 30.0
+#: PortAudio gets this long to stop a stream; a sound server that stopped answering can make
+#: it wait forever.
+CLOSE_TIMEOUT_S = 1.0
 MAX_DEFAULT_CHANNELS = 2  # virtual devices (ALSA "pulse"/"default") advertise 32 channels
 
 INSTALL_PORTAUDIO = (
@@ -238,6 +241,7 @@ class MicSource:
         self._dropped_frames = 0
         self._stream: InputStreamLike | None = None
         self._closing = False
+        self.abandoned = False  # close() gave up waiting for PortAudio to stop the stream
 
     @property
     def backlog_s(self) -> float:
@@ -317,17 +321,30 @@ class MicSource:
                 max_backlog_s=self._max_queued_frames / self.sample_rate,
             )
 
-    def close(self) -> None:
-        """Stop capture (idempotent); blocks already queued are discarded."""
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Stop capture (idempotent); blocks already queued are discarded.
+
+        A device whose sound server stopped answering (a suspended PulseAudio sink) can
+        block PortAudio's stop forever, so the stop runs on its own thread: after
+        `timeout_s` the stream is left behind (`abandoned`) and the session goes on to
+        flush its text and summary.
+        """
         self._closing = True
         stream, self._stream = self._stream, None
         if stream is None:
             return
-        for action in (stream.stop, stream.close):
-            try:
-                action()
-            except Exception as exc:  # a vanished device can fail to stop; nothing to save
-                log.debug("closing the input stream: %s", exc)
+        stopper = threading.Thread(
+            target=_stop_stream, args=(stream,), name="streamasr-capture-stop", daemon=True
+        )
+        stopper.start()
+        stopper.join(timeout_s)
+        if stopper.is_alive():
+            self.abandoned = True
+            _forget_portaudio_at_exit()
+            log.warning(
+                "%s did not stop within %.0f s (its sound server is not answering); "
+                "left it open", self.device.describe(), timeout_s,
+            )
 
     def _callback(self, indata: np.ndarray, frames: int, time_info: object, status: Any) -> None:
         """PortAudio thread: copy, count, enqueue. Never blocks, never decodes."""
@@ -355,6 +372,27 @@ class MicSource:
 
     def _finished(self) -> None:
         self._queue.put(_END)
+
+
+def _stop_stream(stream: InputStreamLike) -> None:
+    """Abort (no waiting for buffers that may never come) and close an input stream."""
+    for action in (getattr(stream, "abort", stream.stop), stream.close):
+        try:
+            action()
+        except Exception as exc:  # a vanished device can fail to stop; nothing to save
+            log.debug("closing the input stream: %s", exc)
+
+
+def _forget_portaudio_at_exit() -> None:
+    """sounddevice terminates PortAudio at exit, which waits on a stream left hanging: skip
+    it, so the process can still end (the system reclaims the device)."""
+    import atexit
+    import sys
+
+    sounddevice = sys.modules.get("sounddevice")
+    handler = getattr(sounddevice, "_exit_handler", None)
+    if handler is not None:
+        atexit.unregister(handler)
 
 
 def _sounddevice_stream(**kwargs: Any) -> InputStreamLike:
