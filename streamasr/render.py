@@ -22,8 +22,11 @@ from streamasr.errors import StreamAsrError
 from streamasr.events import Event, Final, FirstToken, Partial, StreamSummary
 from streamasr.level import LevelReading
 from streamasr.progress import ProgressReading, ProgressTracker
+from streamasr.tokens import shared_prefix_len
 
 FORMATS = ("live", "text", "jsonl", "srt")
+#: How JSONL writes partials: each whole ("full"), or what changed since the previous one
+PARTIALS = ("full", "delta")
 
 
 class Renderer(Protocol):
@@ -145,17 +148,60 @@ class TextRenderer:
 
 
 class JsonlRenderer:
-    """Every event as one JSON object per line, tagged with its source; a summary at the end."""
+    """Every event as one JSON object per line, tagged with its source; a summary at the end.
 
-    def __init__(self, out: IO[str]) -> None:
+    `partials="delta"`: a partial carries only what changed since the previous partial of
+    its segment, so an utterance of n tokens writes O(n) bytes in all, not O(n^2):
+
+    - ``stable_chars`` and ``text_tail`` replace ``text``:
+      ``text = previous_text[:stable_chars] + text_tail``;
+    - ``stable_tokens``, ``tokens_tail`` and ``token_times_s_tail`` replace ``tokens`` and
+      ``token_times_s``: ``tokens = previous_tokens[:stable_tokens] + tokens_tail``, and the
+      same for the times (a token is stable when its piece and its time are both unchanged).
+
+    The previous partial is the last one with the same source and segment; the first partial
+    of a segment has nothing before it (``stable_chars`` 0). Every other event is written whole.
+    """
+
+    def __init__(self, out: IO[str], partials: str = "full") -> None:
         self.out = out
+        self.partials = partials
         self._source = ""
+        self._previous: Partial | None = None
 
     def begin(self, source: str) -> None:
         self._source = source
+        self._previous = None
 
     def event(self, event: Event) -> None:
+        if self.partials == "delta" and isinstance(event, Partial):
+            self._write({"source": self._source, **self._delta(event)})
+            return
         self._write({"source": self._source, **event.to_dict()})
+
+    def _delta(self, event: Partial) -> dict[str, object]:
+        previous = self._previous
+        if previous is None or previous.segment != event.segment:
+            previous = Partial(seq=0, audio_s=0.0, wall_s=0.0, segment=event.segment, text="")
+        self._previous = event
+        stable_chars = shared_prefix_len(previous.text, event.text, False)
+        stable_tokens = min(
+            shared_prefix_len(previous.tokens, event.tokens, False),
+            shared_prefix_len(previous.token_times_s, event.token_times_s, False),
+        )
+        # built field by field: to_dict would copy every token of the whole hypothesis
+        return dict(
+            type=event.kind,
+            seq=event.seq,
+            audio_s=event.audio_s,
+            wall_s=event.wall_s,
+            segment=event.segment,
+            stable_chars=stable_chars,
+            text_tail=event.text[stable_chars:],
+            stable_tokens=stable_tokens,
+            tokens_tail=list(event.tokens[stable_tokens:]),
+            token_times_s_tail=list(event.token_times_s[stable_tokens:]),
+        )
 
     def end(self, summary: StreamSummary) -> None:
         self._write(

@@ -20,6 +20,7 @@ from streamasr.errors import InputError, OutputError, StreamAsrError, UsageError
 from streamasr.onset import OnsetOptions
 from streamasr.render import (
     FORMATS,
+    PARTIALS,
     JsonlRenderer,
     LiveRenderer,
     Renderer,
@@ -54,6 +55,15 @@ FormatOpt = Annotated[
         "-f",
         help="live (terminal default), text (one line per final; default when piped), "
         "jsonl (every event), srt (subtitles).",
+    ),
+]
+PartialsOpt = Annotated[
+    str,
+    typer.Option(
+        "--partials",
+        help="How --format jsonl writes partials: full (each partial whole) or delta (only "
+        "what changed: stable_chars and text_tail, stable_tokens and tokens_tail; for long "
+        "utterances).",
     ),
 ]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log details to stderr.")]
@@ -128,12 +138,20 @@ def choose_format(fmt: str | None) -> str:
     return fmt
 
 
-def make_renderer(fmt: str, realtime: bool) -> Renderer:
+def check_partials(partials: str, fmt: str) -> None:
+    """--partials: full or delta, and only where partials are written (JSONL)."""
+    if partials not in PARTIALS:
+        raise UsageError(f"--partials {partials!r} is not known; use one of: {', '.join(PARTIALS)}")
+    if partials != "full" and fmt != "jsonl":
+        raise UsageError(f"--partials {partials} changes JSONL output; add --format jsonl")
+
+
+def make_renderer(fmt: str, realtime: bool, partials: str = "full") -> Renderer:
     """The renderer for a format, writing data to stdout and messages to stderr."""
     if fmt == "live":
         return LiveRenderer(Console(), err_console, realtime)
     if fmt == "jsonl":
-        return JsonlRenderer(sys.stdout)
+        return JsonlRenderer(sys.stdout, partials)
     if fmt == "srt":
         return SrtRenderer(sys.stdout, err_console, realtime)
     return TextRenderer(sys.stdout, err_console, realtime)

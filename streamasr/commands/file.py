@@ -17,9 +17,11 @@ from streamasr.commands.common import (
     EXIT_INTERRUPTED,
     ChannelsOpt,
     FormatOpt,
+    PartialsOpt,
     RateOpt,
     RawOpt,
     VerboseOpt,
+    check_partials,
     check_path_name,
     choose_format,
     cli_errors,
@@ -107,6 +109,7 @@ def register(app: typer.Typer) -> None:
         rate: RateOpt = None,
         channels: ChannelsOpt = None,
         fmt: FormatOpt = None,
+        partials: PartialsOpt = "full",
         verbose: VerboseOpt = False,
     ) -> None:
         """Stream audio files in fixed blocks: live partials, finals, first-token timing."""
@@ -114,8 +117,9 @@ def register(app: typer.Typer) -> None:
         with cli_errors():
             raw_format = raw_input_format(raw, rate, channels)
             fmt_name = choose_format(fmt)
+            check_partials(partials, fmt_name)
             recognizer, options = build(model_options, paced=realtime)
-            renderer = make_renderer(fmt_name, realtime)
+            renderer = make_renderer(fmt_name, realtime, partials)
         if isinstance(renderer, TextRenderer) and len(paths) > 1:
             renderer.headers = True
         progress = progress_display(renderer)
