@@ -16,6 +16,7 @@ from streamasr.commands import file as file_commands
 from streamasr.commands import latency as latency_commands
 from streamasr.commands import mic as mic_commands
 from streamasr.commands import models as models_commands
+from streamasr.commands import serve as serve_commands
 
 app = typer.Typer(
     name="streamasr",
@@ -46,6 +47,7 @@ mic_commands.register(app)
 bench_commands.register(app)
 latency_commands.register(app)
 models_commands.register(app)
+serve_commands.register(app)
 
 
 def _flag_type(self: TyperOption, ctx: Any) -> str | None:

@@ -1,0 +1,172 @@
+"""`streamasr serve`: one model behind a WebSocket port, for many clients at once."""
+
+from __future__ import annotations
+
+import signal
+from typing import Annotated
+
+import typer
+
+from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup_logging
+from streamasr.commands.options import ModelOptions, build, with_model_options
+from streamasr.errors import DependencyError, StreamAsrError, UsageError
+
+
+def check_server_packages() -> None:
+    """The `serve` extra's packages, or a DependencyError naming the install line."""
+    missing = []
+    for module in ("websockets", "prometheus_client"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise DependencyError(
+            f"streamasr serve needs {' and '.join(missing)}: pip install 'streamasr[serve]'"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `serve` command."""
+    from streamasr.server.limits import ServerLimits
+
+    d = ServerLimits()
+
+    @app.command("serve")
+    @with_model_options()
+    def serve_command(
+        model_options: ModelOptions,
+        host: Annotated[
+            str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")
+        ] = "127.0.0.1",
+        port: Annotated[
+            int, typer.Option(help="TCP port; 0 picks a free one (printed on stderr).")
+        ] = 6006,
+        max_connections: Annotated[
+            int, typer.Option(help="Open WebSocket sessions at most; more are refused (1013).")
+        ] = d.max_connections,
+        max_session_s: Annotated[
+            float, typer.Option(help="Wall-clock seconds one connection may last.")
+        ] = d.max_session_s,
+        idle_timeout_s: Annotated[
+            float, typer.Option(help="A connection that sends nothing this long is closed.")
+        ] = d.idle_timeout_s,
+        handshake_timeout_s: Annotated[
+            float,
+            typer.Option(help="Seconds to open the WebSocket and send the first config."),
+        ] = d.handshake_timeout_s,
+        max_frame_bytes: Annotated[
+            int, typer.Option(help="Largest WebSocket message; larger ones close with 1009.")
+        ] = d.max_frame_bytes,
+        max_queued_audio_s: Annotated[
+            float,
+            typer.Option(
+                help="Audio received but not yet decoded, per connection; past it the "
+                "server stops reading that client until the engine catches up."
+            ),
+        ] = d.max_queued_audio_s,
+        send_queue: Annotated[
+            int,
+            typer.Option(help="Events a client may leave unread before it is closed (1008)."),
+        ] = d.send_queue_events,
+        max_batch: Annotated[
+            int, typer.Option(help="Streams in one batched engine step.")
+        ] = d.max_batch,
+        max_wait_ms: Annotated[
+            float,
+            typer.Option(help="How long an engine step waits for more streams to batch."),
+        ] = d.max_wait_ms,
+        grace_s: Annotated[
+            float,
+            typer.Option(
+                help="After SIGTERM, how long open sessions may go on before their input is "
+                "ended and their finals sent."
+            ),
+        ] = d.grace_s,
+        token_file: Annotated[
+            str | None,
+            typer.Option(
+                help="File whose first line is the bearer token clients must send (else "
+                "$STREAMASR_TOKEN; neither: no token)."
+            ),
+        ] = None,
+        allow_origin: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="Browser origin allowed to connect (repeat for more), e.g. "
+                "https://captions.example; clients that send no Origin are always allowed."
+            ),
+        ] = None,
+        certfile: Annotated[
+            str | None, typer.Option(help="TLS certificate (PEM): serve wss:// and https://.")
+        ] = None,
+        keyfile: Annotated[
+            str | None, typer.Option(help="TLS private key (PEM), if not in --certfile.")
+        ] = None,
+        verbose: VerboseOpt = False,
+    ) -> None:
+        """Serve the model over WebSocket: many clients, one engine, batched steps."""
+        setup_logging(verbose)
+        from streamasr.server.limits import (
+            Security,
+            ServerLimits,
+            check_limits,
+            check_tls,
+            load_token,
+        )
+
+        with cli_errors():
+            check_server_packages()
+            if not 0 <= port <= 65535:
+                raise UsageError(f"--port {port}: use 0-65535 (0 picks a free port)")
+            limits = check_limits(
+                ServerLimits(
+                    max_connections=max_connections,
+                    max_session_s=max_session_s,
+                    idle_timeout_s=idle_timeout_s,
+                    handshake_timeout_s=handshake_timeout_s,
+                    max_frame_bytes=max_frame_bytes,
+                    max_queued_audio_s=max_queued_audio_s,
+                    send_queue_events=send_queue,
+                    max_batch=max_batch,
+                    max_wait_ms=max_wait_ms,
+                    grace_s=grace_s,
+                )
+            )
+            check_tls(certfile, keyfile)
+            security = Security(
+                token=load_token(token_file),
+                origins=tuple(allow_origin or ()),
+                certfile=certfile,
+                keyfile=keyfile,
+            )
+            security.ssl_context()  # a bad certificate is a usage error before the model loads
+            recognizer, options = build(model_options, paced=False)
+            from streamasr.server.app import StreamServer, run_server
+
+            server = StreamServer(recognizer, options, limits, security)
+            scheme = "wss" if certfile else "ws"
+            page = "https" if certfile else "http"
+
+            def ready(addresses: list[tuple[str, int]]) -> None:
+                for bound_host, bound_port in addresses:
+                    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+                    err_console.print(
+                        f"streamasr serve: listening on {scheme}://{shown}:{bound_port}/ws "
+                        f"(page {page}://{shown}:{bound_port}/, metrics /metrics)",
+                        highlight=False,
+                    )
+                err_console.file.flush()
+
+            try:
+                stopped_by = run_server(server, host, port, ready)
+            except OSError as exc:
+                raise StreamAsrError(
+                    f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another "
+                    "--port (0: any free one) or stop what holds it"
+                ) from None
+        if stopped_by == signal.SIGINT:
+            err_console.print("interrupted; open sessions were flushed", highlight=False)
+            raise typer.Exit(130)
+        if stopped_by is not None:
+            err_console.print("stopped; open sessions were flushed", highlight=False)

@@ -1,0 +1,112 @@
+"""What one `streamasr serve` allows: connections, lengths, sizes, batching, auth, TLS.
+
+Checked once when the server starts (usage errors, exit 2, naming the option); afterwards
+the server only reads them.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import os
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamasr.errors import UsageError
+
+TOKEN_ENV = "STREAMASR_TOKEN"
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Limits of one server; every one has a command-line option of the same name."""
+
+    max_connections: int = 64
+    max_session_s: float = 3600.0  # wall-clock length of one connection
+    idle_timeout_s: float = 30.0  # no message for this long ends the connection
+    handshake_timeout_s: float = 10.0  # to open the WebSocket and send the first config
+    max_frame_bytes: int = 1 << 20  # one WebSocket message
+    max_queued_audio_s: float = 10.0  # audio received but not yet decoded, per connection
+    send_queue_events: int = 1024  # events not yet read by a client before it is dropped
+    max_batch: int = 32  # streams in one batched engine step
+    max_wait_ms: float = 5.0  # how long a step waits for more streams to fill its batch
+    grace_s: float = 30.0  # after SIGTERM, how long open sessions may go on
+
+
+@dataclass(frozen=True)
+class Security:
+    """Who may connect: a bearer token, the allowed browser origins, TLS."""
+
+    token: str | None = None
+    origins: tuple[str, ...] = ()
+    certfile: str | None = None
+    keyfile: str | None = None
+
+    def allows(self, presented: str | None) -> bool:
+        """True when no token is set, or `presented` equals it (constant-time compare)."""
+        if self.token is None:
+            return True
+        if presented is None:
+            return False
+        return hmac.compare_digest(presented.encode("utf-8"), self.token.encode("utf-8"))
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context for --certfile/--keyfile, or None for plain ws:// and http://."""
+        if self.certfile is None:
+            return None
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(self.certfile, self.keyfile)
+        except (OSError, ssl.SSLError) as exc:
+            raise UsageError(
+                f"--certfile {self.certfile} / --keyfile {self.keyfile}: cannot load the "
+                f"certificate and key ({exc}); give a PEM certificate and its private key"
+            ) from None
+        return context
+
+
+def check_limits(limits: ServerLimits) -> ServerLimits:
+    """Refuse a limit that cannot work, naming its option (UsageError, exit 2)."""
+    whole = {
+        "--max-connections": (limits.max_connections, 1, 100_000),
+        "--max-frame-bytes": (limits.max_frame_bytes, 64, 64 << 20),
+        "--send-queue": (limits.send_queue_events, 16, 1_000_000),
+        "--max-batch": (limits.max_batch, 1, 1024),
+    }
+    for option, (value, low, high) in whole.items():
+        if not low <= value <= high:
+            raise UsageError(f"{option} {value}: use a whole number from {low} to {high}")
+    seconds = {
+        "--max-session-s": (limits.max_session_s, 1.0, 7 * 86400.0),
+        "--idle-timeout-s": (limits.idle_timeout_s, 0.1, 86400.0),
+        "--handshake-timeout-s": (limits.handshake_timeout_s, 0.1, 3600.0),
+        "--max-queued-audio-s": (limits.max_queued_audio_s, 0.1, 3600.0),
+        "--max-wait-ms": (limits.max_wait_ms, 0.0, 1000.0),
+        "--grace-s": (limits.grace_s, 0.0, 3600.0),
+    }
+    for option, (number, lo, hi) in seconds.items():
+        if not (math.isfinite(number) and lo <= number <= hi):
+            raise UsageError(f"{option} {number:g}: use a number from {lo:g} to {hi:g}")
+    return limits
+
+
+def load_token(token_file: str | None) -> str | None:
+    """The bearer token: --token-file's first line, else $STREAMASR_TOKEN, else none."""
+    if token_file is not None:
+        try:
+            text = Path(token_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--token-file {token_file}: cannot read it ({exc})") from None
+        token = text.strip().splitlines()[0].strip() if text.strip() else ""
+        if not token:
+            raise UsageError(f"--token-file {token_file} is empty; put the token on line 1")
+        return token
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    return token or None
+
+
+def check_tls(certfile: str | None, keyfile: str | None) -> None:
+    """--certfile and --keyfile come together (a key may be inside the certificate file)."""
+    if keyfile is not None and certfile is None:
+        raise UsageError("--keyfile needs --certfile (the certificate the key belongs to)")

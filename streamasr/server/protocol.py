@@ -1,0 +1,223 @@
+"""The wire protocol of `streamasr serve`, without any networking.
+
+A client, over one WebSocket connection:
+
+1. sends a text message with a JSON config: `{"sample_rate": 16000, "format": "s16le",
+   "channels": 1}` plus optional per-session settings (`source`, `realtime`, `endpoint`,
+   `rule1_s`, `rule2_s`, `rule3_s`) within the server's limits;
+2. sends binary frames of interleaved PCM in that format, of any size;
+3. sends the text message `{"type": "end"}` (or closes the connection);
+4. receives, as JSON text messages, exactly the objects `streamasr file --format jsonl`
+   prints: `partial`, `first_token`, `endpoint`, `final` while the audio streams, and the
+   last `final` and a `summary` after the end;
+5. may then send a new config for the next utterance, or close.
+
+A message that breaks the protocol raises ProtocolError with the WebSocket close code and a
+reason that says what to do; the server closes that connection with them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from streamasr.audio import MAX_RATE_HZ, MIN_RATE_HZ
+from streamasr.backends.base import EndpointOptions
+from streamasr.commands.common import RULE_S_RANGE
+from streamasr.errors import InputError
+from streamasr.stream import StreamOptions
+
+FORMATS: dict[str, np.dtype] = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
+MAX_CHANNELS = 8
+MAX_SOURCE_CHARS = 256
+MAX_CONFIG_BYTES = 4096
+
+# WebSocket close codes (RFC 6455, section 7.4.1)
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
+CLOSE_UNSUPPORTED = 1003  # text where audio was expected
+CLOSE_INVALID = 1007  # a config or audio frame that cannot be read
+CLOSE_POLICY = 1008  # a limit: session length, idle, a client that cannot keep up
+CLOSE_TOO_BIG = 1009
+CLOSE_INTERNAL = 1011
+CLOSE_TRY_LATER = 1013  # at capacity
+MAX_REASON_BYTES = 123  # what a close frame can carry
+
+CONFIG_KEYS = (
+    "type", "sample_rate", "format", "channels", "source", "realtime",
+    "endpoint", "rule1_s", "rule2_s", "rule3_s",
+)
+
+
+class ProtocolError(InputError):
+    """A client broke the protocol; the connection closes with `code` and the message."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = close_reason(reason)
+
+
+def close_reason(text: str) -> str:
+    """`text` cut to what a close frame can carry (123 bytes of UTF-8)."""
+    data = text.encode("utf-8")
+    if len(data) <= MAX_REASON_BYTES:
+        return text
+    return data[: MAX_REASON_BYTES - 3].decode("utf-8", "ignore") + "..."
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """One utterance's settings, as the client's config message gives them."""
+
+    sample_rate: int
+    format: str = "s16le"
+    channels: int = 1
+    source: str = "ws"
+    realtime: bool = False
+    endpoint: EndpointOptions | None = None  # None: the server's rules
+
+    @property
+    def frame_bytes(self) -> int:
+        """Bytes of one interleaved sample frame (all channels)."""
+        return FORMATS[self.format].itemsize * self.channels
+
+    def stream_options(self, base: StreamOptions) -> StreamOptions:
+        """The server's stream options with this session's own settings applied."""
+        options = replace(base, paced=self.realtime)
+        if self.endpoint is not None:
+            options = replace(options, endpoint=self.endpoint)
+        return options
+
+
+def parse_config(message: str | bytes, server_endpoint: EndpointOptions) -> SessionConfig:
+    """Read a config message; ProtocolError (1007/1003) naming what to fix."""
+    if isinstance(message, bytes):
+        raise ProtocolError(
+            CLOSE_UNSUPPORTED,
+            'send a JSON config text message first, e.g. {"sample_rate": 16000, "format": '
+            '"s16le", "channels": 1}; got a binary frame',
+        )
+    if len(message.encode("utf-8")) > MAX_CONFIG_BYTES:
+        raise ProtocolError(CLOSE_INVALID, f"config longer than {MAX_CONFIG_BYTES} bytes")
+    try:
+        data = json.loads(message)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(CLOSE_INVALID, f"config is not valid JSON ({exc.msg})") from None
+    except ValueError:
+        raise ProtocolError(CLOSE_INVALID, "config is not valid UTF-8 JSON") from None
+    if not isinstance(data, dict):
+        raise ProtocolError(CLOSE_INVALID, "config must be a JSON object")
+    unknown = sorted(set(data) - set(CONFIG_KEYS))
+    if unknown:
+        raise ProtocolError(
+            CLOSE_INVALID, f"config: unknown key {unknown[0]!r}; known: {', '.join(CONFIG_KEYS)}"
+        )
+    if data.get("type", "config") != "config":
+        raise ProtocolError(
+            CLOSE_INVALID, f'config: type must be "config", not {data.get("type")!r}'
+        )
+    rate = _whole(data, "sample_rate", None, MIN_RATE_HZ, MAX_RATE_HZ)
+    fmt = data.get("format", "s16le")
+    if fmt not in FORMATS:
+        raise ProtocolError(
+            CLOSE_INVALID, f"config: format {fmt!r} is not known; use s16le or f32le"
+        )
+    channels = _whole(data, "channels", 1, 1, MAX_CHANNELS)
+    source = data.get("source", "ws")
+    if not isinstance(source, str) or len(source) > MAX_SOURCE_CHARS:
+        raise ProtocolError(
+            CLOSE_INVALID, f"config: source must be a string of at most {MAX_SOURCE_CHARS} chars"
+        )
+    realtime = _flag(data, "realtime", False)
+    endpoint = None
+    if any(key in data for key in ("endpoint", "rule1_s", "rule2_s", "rule3_s")):
+        endpoint = EndpointOptions(
+            enabled=_flag(data, "endpoint", server_endpoint.enabled),
+            rule1_s=_seconds(data, "rule1_s", server_endpoint.rule1_s),
+            rule2_s=_seconds(data, "rule2_s", server_endpoint.rule2_s),
+            rule3_s=_seconds(data, "rule3_s", server_endpoint.rule3_s),
+        )
+    return SessionConfig(rate, fmt, channels, source, realtime, endpoint)
+
+
+def _whole(data: dict[str, Any], key: str, default: int | None, low: int, high: int) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ProtocolError(
+            CLOSE_INVALID, f"config: {key} must be a whole number from {low} to {high}"
+        )
+    return value
+
+
+def _flag(data: dict[str, Any], key: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ProtocolError(CLOSE_INVALID, f"config: {key} must be true or false")
+    return value
+
+
+def _seconds(data: dict[str, Any], key: str, default: float) -> float:
+    value = data.get(key, default)
+    low, high = RULE_S_RANGE
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
+        raise ProtocolError(
+            CLOSE_INVALID, f"config: {key} must be a number of seconds from {low:g} to {high:g}"
+        )
+    return float(value)
+
+
+def is_end(message: str) -> bool:
+    """True for the end message; ProtocolError for any other text where audio is expected."""
+    try:
+        data = json.loads(message)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and data.get("type") == "end":
+        return True
+    raise ProtocolError(
+        CLOSE_UNSUPPORTED,
+        'expected binary audio frames or {"type": "end"}; got another text message',
+    )
+
+
+def decode_frame(frame: bytes, config: SessionConfig) -> np.ndarray:
+    """One binary frame as mono float32 (channels averaged, as `streamasr file` does)."""
+    if len(frame) % config.frame_bytes:
+        raise ProtocolError(
+            CLOSE_INVALID,
+            f"{config.format} frame of {len(frame)} bytes is not a whole number of "
+            f"{config.frame_bytes}-byte sample frames ({config.channels} channel(s))",
+        )
+    samples = np.frombuffer(frame, FORMATS[config.format])
+    if config.format == "s16le":
+        audio = samples.astype(np.float32) / 32768.0
+    else:
+        audio = samples.astype(np.float32)
+        if not np.isfinite(audio).all():
+            raise ProtocolError(CLOSE_INVALID, "f32le frame holds NaN or infinite samples")
+    if config.channels > 1:
+        audio = audio.reshape(-1, config.channels).mean(axis=1, dtype=np.float32)
+    return np.ascontiguousarray(audio, np.float32)
+
+
+def encode_audio(audio: np.ndarray, fmt: str = "s16le") -> bytes:
+    """Mono float32 samples as a binary frame (for clients written in Python)."""
+    if fmt == "s16le":
+        clipped = np.clip(np.round(audio * 32768.0), -32768, 32767)
+        return clipped.astype("<i2").tobytes()
+    return np.asarray(audio, "<f4").tobytes()
+
+
+def end_message() -> str:
+    """The text message that ends an utterance's input."""
+    return json.dumps({"type": "end"})

@@ -1,0 +1,277 @@
+"""One engine, many streams: the scheduler of `streamasr serve`.
+
+Each utterance of each connection is a StreamSession. Connections hand their audio to the
+scheduler, which cuts it into feed blocks exactly as `streamasr file` does (one chunk each,
+unless --block-ms says otherwise). One task takes the utterances that have blocks ready (at
+most `max_batch`, after waiting up to `max_wait_ms` for the batch to fill), and runs them in
+a single worker thread: per round, one block into each session, then the engine's batched
+step (batch.step_all) over all of them. So the event loop never waits on the engine, the
+engine is only ever touched from that one thread (sessions share no mutable engine state),
+and every session's events are those `streamasr file` prints for the same audio, with the
+same `audio_s` (int8 models quantise dynamically: there a batch can change a decode;
+docs/performance.md).
+
+Events leave as the JSON lines of `streamasr file --format jsonl` (render.JsonlRenderer),
+handed to the connection's `deliver` callback on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamasr.backends.base import Recognizer
+from streamasr.batch import step_all
+from streamasr.events import Event, FirstToken
+from streamasr.render import JsonlRenderer
+from streamasr.server.metrics import Metrics
+from streamasr.server.protocol import SessionConfig
+from streamasr.stream import StreamOptions, StreamSession
+
+log = logging.getLogger("streamasr")
+
+#: Feed blocks one utterance contributes to one batched job: keeps a client that sent a lot
+#: at once from holding the others' turn for long.
+MAX_BLOCKS_PER_JOB = 16
+
+
+class _Lines:
+    """A text sink for JsonlRenderer: keeps each JSON line (without its newline)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.lines.extend(line for line in text.split("\n") if line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> list[str]:
+        lines, self.lines = self.lines, []
+        return lines
+
+
+@dataclass(eq=False)
+class Utterance:
+    """One utterance of one connection: its session, audio not yet fed, where events go.
+
+    The session and the renderer are used only on the worker thread; the buffers only on
+    the event loop.
+    """
+
+    session: StreamSession
+    config: SessionConfig
+    deliver: Callable[[list[str]], None]
+    fail: Callable[[str], None]
+    block_samples: int
+    lines: _Lines = field(default_factory=_Lines)
+    renderer: JsonlRenderer = field(init=False)
+    pending: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    blocks: deque[np.ndarray] = field(default_factory=deque)
+    queued_samples: int = 0
+    ending: bool = False
+    ended: bool = False
+    discarded: bool = False
+    done: asyncio.Future[None] | None = None
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.renderer = JsonlRenderer(self.lines)  # type: ignore[arg-type]
+        self.renderer.begin(self.config.source)
+
+    @property
+    def queued_s(self) -> float:
+        """Seconds of audio received and not yet fed to the engine."""
+        return self.queued_samples / self.config.sample_rate
+
+
+@dataclass
+class _Work:
+    utterance: Utterance
+    blocks: list[np.ndarray]
+    end: bool
+
+
+class Scheduler:
+    """Batches ready utterances through one recognizer on one worker thread."""
+
+    def __init__(
+        self,
+        recognizer: Recognizer,
+        options: StreamOptions,
+        metrics: Metrics,
+        max_batch: int,
+        max_wait_s: float,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.recognizer = recognizer
+        self.options = options
+        self.metrics = metrics
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self.clock = clock
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="streamasr-engine"
+        )
+        self._ready: OrderedDict[Utterance, None] = OrderedDict()
+        self._wake = asyncio.Event()
+
+    async def open(
+        self,
+        config: SessionConfig,
+        deliver: Callable[[list[str]], None],
+        fail: Callable[[str], None],
+    ) -> Utterance:
+        """A new utterance (its engine stream is made on the worker thread)."""
+        options = config.stream_options(self.options)
+
+        def make() -> StreamSession:
+            return StreamSession(self.recognizer, config.sample_rate, config.source, options)
+
+        session = await asyncio.get_running_loop().run_in_executor(self._executor, make)
+        block = max(1, round(session.block_s * config.sample_rate))
+        return Utterance(session, config, deliver, fail, block)
+
+    def add_audio(self, utterance: Utterance, samples: np.ndarray) -> None:
+        """Queue mono float32 samples; whole feed blocks become ready for the next step."""
+        if utterance.ending or utterance.discarded or len(samples) == 0:
+            return
+        joined = np.concatenate([utterance.pending, samples]) if len(utterance.pending) else samples
+        size = utterance.block_samples
+        whole = len(joined) // size * size
+        for start in range(0, whole, size):
+            utterance.blocks.append(joined[start : start + size])
+        utterance.pending = joined[whole:]
+        utterance.queued_samples += len(samples)
+        if utterance.blocks:
+            utterance.drained.clear()
+            self._mark_ready(utterance)
+
+    def end(self, utterance: Utterance) -> asyncio.Future[None]:
+        """End of input: the rest is fed, the tail padded; the future ends after the summary."""
+        loop = asyncio.get_running_loop()
+        if utterance.done is None:
+            utterance.done = loop.create_future()
+        if not utterance.ending and not utterance.discarded:
+            utterance.ending = True
+            if len(utterance.pending):
+                utterance.blocks.append(utterance.pending)
+                utterance.pending = np.zeros(0, np.float32)
+            self._mark_ready(utterance)
+        return utterance.done
+
+    def discard(self, utterance: Utterance) -> None:
+        """The connection went away: forget the utterance (a step in flight is ignored)."""
+        utterance.discarded = True
+        self._ready.pop(utterance, None)
+        utterance.drained.set()
+        if utterance.done is not None and not utterance.done.done():
+            utterance.done.set_result(None)
+
+    def _mark_ready(self, utterance: Utterance) -> None:
+        self._ready[utterance] = None
+        self._wake.set()
+
+    async def run(self) -> None:
+        """The scheduler task: runs until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if len(self._ready) < self.max_batch and self.max_wait_s > 0:
+                await asyncio.sleep(self.max_wait_s)
+            while self._ready:
+                work = self._take_batch()
+                if not work:
+                    continue
+                self.metrics.batch_size.observe(len(work))
+                try:
+                    await loop.run_in_executor(self._executor, self._step, work)
+                except Exception as exc:  # an engine failure ends the streams it stepped
+                    log.exception("engine step failed")
+                    for item in work:
+                        if not item.utterance.discarded:
+                            item.utterance.fail(f"engine step failed: {exc}")
+                    continue
+                self._dispatch(work)
+
+    def _take_batch(self) -> list[_Work]:
+        work: list[_Work] = []
+        while self._ready and len(work) < self.max_batch:
+            utterance, _ = self._ready.popitem(last=False)
+            if utterance.discarded or utterance.ended:
+                continue
+            count = min(len(utterance.blocks), MAX_BLOCKS_PER_JOB)
+            blocks = [utterance.blocks.popleft() for _ in range(count)]
+            utterance.queued_samples -= sum(len(block) for block in blocks)
+            end = utterance.ending and not utterance.blocks
+            if utterance.blocks:
+                self._ready[utterance] = None  # the rest in a later job, after the others
+            else:
+                utterance.drained.set()
+            if end:
+                utterance.ended = True
+            work.append(_Work(utterance, blocks, end))
+        return work
+
+    def _step(self, work: list[_Work]) -> None:
+        """On the worker thread: feed block by block, batched steps; the ending ones close."""
+        rounds = max((len(item.blocks) for item in work), default=0)
+        for index in range(rounds):
+            stepping = [item.utterance for item in work if index < len(item.blocks)]
+            for item in work:
+                if index < len(item.blocks):
+                    block = item.blocks[index]
+                    item.utterance.session.accept(block)
+                    self.metrics.audio_s.inc(len(block) / item.utterance.config.sample_rate)
+            self._step_sessions(stepping)
+        ending = [item.utterance for item in work if item.end]
+        if not ending:
+            return
+        padded = [utterance for utterance in ending if utterance.session.end_input()]
+        self._step_sessions(padded)
+        for utterance in ending:
+            self._render(utterance, utterance.session.close())
+            utterance.renderer.end(utterance.session.summary())
+
+    def _step_sessions(self, utterances: list[Utterance]) -> None:
+        if not utterances:
+            return
+        started = self.clock()
+        events = step_all(self.recognizer, [u.session for u in utterances], self.clock)
+        self.metrics.compute_s.inc(self.clock() - started)
+        for utterance, produced in zip(utterances, events, strict=True):
+            self._render(utterance, produced)
+
+    def _render(self, utterance: Utterance, events: list[Event]) -> None:
+        for event in events:
+            if isinstance(event, FirstToken):
+                self.metrics.first_token_event(event.to_dict())
+            utterance.renderer.event(event)
+
+    def _dispatch(self, work: list[_Work]) -> None:
+        """On the event loop: hand each utterance's new lines to its connection."""
+        for item in work:
+            utterance = item.utterance
+            lines = utterance.lines.take()
+            if utterance.discarded:
+                continue
+            if lines:
+                utterance.deliver(lines)
+            if item.end:
+                self.metrics.utterances.inc()
+                if utterance.done is not None and not utterance.done.done():
+                    utterance.done.set_result(None)
+
+    def close(self) -> None:
+        """Wait for a step in flight, then stop the worker thread."""
+        self._executor.shutdown(wait=True)

@@ -1,0 +1,264 @@
+"""`streamasr serve`: a real server process on 127.0.0.1, real WebSocket clients.
+
+The server must send, per utterance, exactly the events `streamasr file --format jsonl`
+prints for the same audio (the clocks aside); bad input must close only the connection it
+came on, with a reason; limits, the token and SIGTERM must behave as documented.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from serve_fixture import (
+    ServerProcess,
+    clip,
+    comparable,
+    file_events,
+    http_get,
+    pcm,
+    read_until_summary,
+    serve,
+    stream_clip,
+    wait_for,
+)
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+CLIPS = [clip(index) for index in range(4)]
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, list[dict[str, Any]]]:
+    """`streamasr file --format jsonl` on the bundled clips."""
+    return file_events(*CLIPS)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerProcess]:
+    with serve(
+        "--max-connections", "16", "--handshake-timeout-s", "2", "--max-frame-bytes", "65536"
+    ) as running:
+        yield running
+
+
+def test_events_equal_file_command_two_files_one_connection(
+    server: ServerProcess, reference: dict[str, list[dict[str, Any]]]
+) -> None:
+    async def run() -> list[list[dict]]:
+        async with connect(server.url) as ws:
+            first = await stream_clip(ws, CLIPS[0], frame_bytes=1000)
+            second = await stream_clip(ws, CLIPS[1], frame_bytes=16000)
+            return [first, second]
+
+    first, second = asyncio.run(run())
+    assert comparable(first) == comparable(reference[CLIPS[0]])
+    assert comparable(second) == comparable(reference[CLIPS[1]])
+    assert [event["type"] for event in first][-2:] == ["final", "summary"]
+
+
+def test_concurrent_clients_each_get_their_own_text(
+    server: ServerProcess, reference: dict[str, list[dict[str, Any]]]
+) -> None:
+    async def one(path: str) -> list[dict]:
+        async with connect(server.url) as ws:
+            return await stream_clip(ws, path, frame_bytes=640)
+
+    async def run() -> list[list[dict]]:
+        return await asyncio.gather(*(one(path) for path in CLIPS))
+
+    results = asyncio.run(run())
+    for path, events in zip(CLIPS, results, strict=True):
+        assert {event["source"] for event in events} == {path}
+        expected = reference[path]
+        assert [e["text"] for e in events if e["type"] == "final"] == [
+            e["text"] for e in expected if e["type"] == "final"
+        ]
+        assert events[-1]["audio_s"] == expected[-1]["audio_s"]
+
+
+def _closed_with(coro: Any) -> tuple[int | None, str]:
+    """Run a client coroutine that should be closed by the server: its code and reason."""
+
+    async def run() -> tuple[int | None, str]:
+        try:
+            await coro
+        except ConnectionClosed as exc:
+            if exc.rcvd is None:
+                return None, ""
+            return exc.rcvd.code, exc.rcvd.reason
+        return None, "not closed"
+
+    return asyncio.run(run())
+
+
+async def _send_then_read(url: str, *messages: str | bytes) -> None:
+    async with connect(url) as ws:
+        for message in messages:
+            await ws.send(message)
+        while True:
+            await ws.recv()
+
+
+CONFIG = json.dumps({"sample_rate": 16000, "format": "s16le", "channels": 1})
+MALFORMED = {
+    "bad config JSON": ((CONFIG[:-3],), 1007, "JSON"),
+    "config not an object": (("[16000]",), 1007, "object"),
+    "unknown config key": ((json.dumps({"sample_rate": 16000, "rate": 1}),), 1007, "rate"),
+    "audio before the config": ((b"\x00\x00" * 10,), 1003, "config"),
+    "odd-length s16le": ((CONFIG, b"\x00" * 3), 1007, "whole number"),
+    "text where audio expected": ((CONFIG, "hello"), 1003, "binary audio"),
+    "oversized frame": ((CONFIG, b"\x00" * 70000), 1009, ""),
+    "unknown format": ((json.dumps({"sample_rate": 16000, "format": "mp3"}),), 1007, "s16le"),
+}
+
+
+def test_each_malformed_input_closes_only_its_connection(
+    server: ServerProcess, reference: dict[str, list[dict[str, Any]]]
+) -> None:
+    async def bystander() -> list[dict]:
+        async with connect(server.url) as ws:
+            return await stream_clip(ws, CLIPS[2], frame_bytes=640)
+
+    async def bad(messages: tuple[str | bytes, ...]) -> tuple[int | None, str]:
+        try:
+            await _send_then_read(server.url, *messages)
+        except ConnectionClosed as exc:
+            return (exc.rcvd.code, exc.rcvd.reason) if exc.rcvd else (None, "")
+        return None, "not closed"
+
+    async def run() -> tuple[list[dict], list[tuple[int | None, str]]]:
+        good = asyncio.create_task(bystander())
+        closes = await asyncio.gather(*(bad(case[0]) for case in MALFORMED.values()))
+        return await good, closes
+
+    good, closes = asyncio.run(run())
+    for (name, (_, code, words)), (got_code, reason) in zip(
+        MALFORMED.items(), closes, strict=True
+    ):
+        assert got_code == code, (name, got_code, reason)
+        assert reason, name
+        assert words in reason, (name, reason)
+    assert comparable(good) == comparable(reference[CLIPS[2]])
+
+
+def test_config_never_sent_and_handshake_never_completed(server: ServerProcess) -> None:
+    async def silent() -> None:
+        async with connect(server.url) as ws:
+            await ws.recv()
+
+    code, reason = _closed_with(silent())
+    assert code == 1008 and "no config within 2 s" in reason
+    # a TCP connection that never sends its HTTP request is closed by the server
+    received = b""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as raw:
+        while chunk := raw.recv(1024):
+            received += chunk
+    assert received == b"" or received.startswith(b"HTTP/1.1 4"), received
+    status, _ = http_get(server.http + "/healthz")
+    assert status == 200
+
+
+def test_http_routes_and_metrics(server: ServerProcess) -> None:
+    async def one() -> list[dict]:
+        async with connect(server.url) as ws:
+            return await stream_clip(ws, CLIPS[3])
+
+    asyncio.run(one())
+    assert http_get(server.http + "/healthz") == (200, "ok\n")
+    assert http_get(server.http + "/readyz") == (200, "ready\n")
+    status, page = http_get(server.http + "/")
+    assert status == 200 and "<script src=\"app.js\">" in page
+    for name in ("app.js", "worklet.js"):
+        assert http_get(f"{server.http}/{name}")[0] == 200
+    assert http_get(server.http + "/nothing")[0] == 404
+    status, metrics = http_get(server.http + "/metrics")
+    assert status == 200
+    for name in (
+        "streamasr_active_sessions",
+        "streamasr_audio_seconds_total",
+        "streamasr_compute_seconds_total",
+        "streamasr_first_token_latency_seconds_bucket",
+        "streamasr_refused_connections_total",
+        "streamasr_dropped_connections_total",
+        "streamasr_batch_streams_bucket",
+    ):
+        assert name in metrics, name
+    audio = [line for line in metrics.splitlines() if line.startswith("streamasr_audio_seconds_t")]
+    assert float(audio[0].split()[-1]) > 2.0
+
+
+def test_capacity_refusal_and_token(tmp_path: Any) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")
+    with serve("--max-connections", "1", "--token-file", str(token_file)) as server:
+        headers = {"Authorization": "Bearer s3cret"}
+
+        async def run() -> tuple[Any, ...]:
+            refusals = []
+            for extra in ({}, {"Authorization": "Bearer wrong"}):
+                try:
+                    async with connect(server.url, additional_headers=extra):
+                        pass
+                except InvalidStatus as exc:
+                    refusals.append(exc.response.status_code)
+            async with connect(server.url, additional_headers=headers) as holder:
+                await holder.send(CONFIG)
+                ready = await asyncio.to_thread(http_get, server.http + "/readyz")
+                try:
+                    async with connect(server.url + "?token=s3cret") as second:
+                        await second.recv()
+                    refused: tuple[int | None, str] = (None, "")
+                except ConnectionClosed as exc:
+                    refused = (exc.rcvd.code, exc.rcvd.reason) if exc.rcvd else (None, "")
+                await holder.send(json.dumps({"type": "end"}))
+                summary = await read_until_summary(holder)
+            # once the slot is free again, a token in the query (as the page sends it) works
+            free = await asyncio.to_thread(
+                wait_for, lambda: http_get(server.http + "/readyz")[0] == 200
+            )
+            assert free
+            async with connect(server.url + "?token=s3cret") as third:
+                events = await stream_clip(third, CLIPS[1])
+            return refusals, ready, refused, summary, events
+
+        refusals, ready, refused, summary, events = asyncio.run(run())
+        assert refusals == [401, 401]
+        assert ready[0] == 503 and "capacity" in ready[1]
+        assert refused[0] == 1013 and "capacity" in refused[1]
+        assert summary[-1]["type"] == "summary" and summary[-1]["audio_s"] == 0
+        assert events[-1]["type"] == "summary" and events[-1]["text"]
+        metrics = http_get(server.http + "/metrics")[1]
+        assert 'streamasr_refused_connections_total{reason="capacity"} 1.0' in metrics
+        assert 'streamasr_refused_connections_total{reason="auth"} 2.0' in metrics
+
+
+def test_sigterm_flushes_open_session_and_exits_0(
+    reference: dict[str, list[dict[str, Any]]]
+) -> None:
+    with serve("--grace-s", "1") as server:
+        data, rate = pcm(CLIPS[0])
+
+        async def run() -> tuple[list[dict], int | None, str]:
+            async with connect(server.url) as ws:
+                await ws.send(json.dumps({"sample_rate": rate, "source": CLIPS[0]}))
+                await ws.send(data)  # all the audio, but no end: the session stays open
+                events = [json.loads(await ws.recv())]  # decoding has begun
+                server.process.send_signal(signal.SIGTERM)
+                try:
+                    while True:
+                        events.append(json.loads(await ws.recv()))
+                except ConnectionClosed as exc:
+                    assert exc.rcvd is not None
+                    return events, exc.rcvd.code, exc.rcvd.reason
+
+        events, code, reason = asyncio.run(run())
+        assert server.stop() == 0
+    assert code == 1001 and "shutting down" in reason
+    assert comparable(events) == comparable(reference[CLIPS[0]])
+    assert wait_for(lambda: any("stopped" in line for line in server.stderr_lines), 5)
