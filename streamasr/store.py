@@ -9,8 +9,9 @@ only then renamed into place. The sha256, size and mtime of every extracted file
 model checks cheaply first (`streamasr.store_verify`). A single-file model (a NeMo `.nemo`)
 takes the same path without the unpacking.
 
-A download stops at a size cap (twice the catalog's size, or --max-download-mb), and before
-it starts when the server announces more than the cap or than the disk has free. An archive
+The transfer itself is `streamasr.store_download`: it stops at a size cap (decided here:
+twice the catalog's size, or --max-download-mb), and before it starts when the server
+announces more than the cap or than the disk has free. An archive
 with no published checksum is pinned on first download (`store_verify`): a later pull with
 other bytes is refused unless --accept-new-checksum.
 
@@ -24,30 +25,34 @@ Nothing here prints: progress goes to an injected callback, details to the "stre
 from __future__ import annotations
 
 import contextlib
-import errno
-import http.client
 import logging
 import math
 import os
 import re
 import shutil
-import socket
 import tarfile
 import tempfile
-import time
-import urllib.error
-import urllib.request
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
-from typing import IO
 from urllib.parse import urlparse
 
 from streamasr import __version__
 from streamasr.catalog import CatalogEntry, find, lookup
 from streamasr.errors import ModelError, UsageError
+from streamasr.store_download import (
+    BLOCK_BYTES,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    MIN_WINDOW_BYTES,
+    ProgressFn,
+    download,
+)
+from streamasr.store_download import DISK_FULL as _DISK_FULL
+from streamasr.store_download import cache_failure as _cache_failure
+from streamasr.store_download import mb as _mb
 from streamasr.store_verify import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -68,19 +73,16 @@ from streamasr.store_verify import (
 )
 
 __all__ = [  # names other modules and tests import from here, wherever they now live
-    "MANIFEST_FORMAT", "MANIFEST_NAME", "Pin", "UseCheck", "VerifyReport", "check_before_use",
-    "check_model_path", "hash_tree", "manifest_problem", "read_manifest", "sha256_file",
+    "BLOCK_BYTES", "DEFAULT_RETRIES", "DEFAULT_TIMEOUT_S", "MIN_WINDOW_BYTES", "ProgressFn",
+    "download", "MANIFEST_FORMAT", "MANIFEST_NAME", "Pin", "UseCheck", "VerifyReport",
+    "check_before_use", "check_model_path", "hash_tree", "manifest_problem", "read_manifest",
+    "sha256_file",
 ]
 
 log = logging.getLogger("streamasr")
 
 LOCK_DIR = ".locks"
 PART_SUFFIX = ".tar.bz2.part"
-BLOCK_BYTES = 1 << 16
-DEFAULT_RETRIES = 3
-DEFAULT_TIMEOUT_S = 30.0
-#: A download that brings fewer bytes than this in one timeout window has stalled.
-MIN_WINDOW_BYTES = 16 << 10
 #: Unpacked-size cap: a catalog model may unpack to CATALOG_SIZE_FACTOR x its download size
 #: (weights barely compress, so a real release unpacks to about 1-1.2x); any other archive
 #: to ARCHIVE_SIZE_FACTOR x its own size, but at least MIN_CAP_MB; a single-file model to
@@ -95,12 +97,8 @@ DEFAULT_SINGLE_FILE_MB = 8192
 CATALOG_DOWNLOAD_FACTOR = 2
 DEFAULT_DOWNLOAD_MB = 8192
 NEMO_SUFFIX = ".nemo"
-_DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_CONTENT_RANGE_RE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
-#: progress(bytes_done, bytes_total_or_None), called as bytes arrive.
-ProgressFn = Callable[[int, "int | None"], None]
 #: stage("unpacking"), called when a pull moves on to a step without byte progress.
 StageFn = Callable[[str], None]
 
@@ -330,21 +328,6 @@ def pull(
         )
     except OSError as exc:  # the cache itself failed us: full, out of inodes, read-only
         raise ModelError(_cache_failure(root, exc)) from exc
-
-
-def _cache_failure(root: Path, exc: OSError) -> str:
-    where = exc.filename or root
-    if exc.errno in _DISK_FULL:
-        fix = (
-            "the disk holding the model cache is full (no space or no free inodes: see "
-            "`df -h` and `df -i`); free some, or set STREAMASR_HOME to a folder on another disk"
-        )
-    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        fix = "the model cache is not writable; set STREAMASR_HOME to a writable folder"
-    else:
-        fix = "pull again once that is fixed"
-    return f"cannot write to the model cache ({where}: {exc.strerror or exc}): {fix}. " \
-        "Nothing was installed; models already in the cache are unchanged"
 
 
 def _pull_into(
@@ -758,261 +741,6 @@ def require_cached(name: str, cache: Path | None = None) -> Path:
         f"model {name!r} is not in the cache {cache or cache_dir()}; "
         f"run `streamasr models pull {name}` first"
     )
-
-
-# --- download ----------------------------------------------------------------------------
-
-
-class _Interrupted(Exception):
-    """The transfer stopped early; the .part file keeps what arrived."""
-
-
-def download(
-    url: str,
-    part: Path,
-    *,
-    name: str,
-    progress: ProgressFn | None = None,
-    retries: int = DEFAULT_RETRIES,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    expected_bytes: int | None = None,
-    retry_wait_s: float = 1.0,
-    min_window_bytes: int = MIN_WINDOW_BYTES,
-    max_bytes: int | None = None,
-    cap_option: str = "--max-download-mb",
-) -> int:
-    """Fetch `url` into `part`, resuming from what `part` holds; returns bytes fetched now.
-
-    A dropped connection, or a stall (fewer than `min_window_bytes` in a `timeout_s` window:
-    a server that trickles a byte every few seconds is stalled too), is retried `retries`
-    times with a Range request for the rest. When the retries run out the .part file stays,
-    and the next pull resumes from it. More than `max_bytes` in all is refused (before a
-    byte is written when the server says so up front), and so is a body the disk cannot hold;
-    either deletes the .part file.
-    """
-    fetched = [0]
-    failures = 0
-    while True:
-        have = part.stat().st_size if part.exists() else 0
-        if expected_bytes is not None and have == expected_bytes:
-            log.info("%s already holds all %d bytes", part.name, have)
-            return fetched[0]
-        if expected_bytes is not None and have > expected_bytes:
-            log.warning("%s is larger than the release; starting over", part.name)
-            part.unlink()
-            have = 0
-        request = urllib.request.Request(url, headers={"User-Agent": f"streamasr/{__version__}"})
-        if have:
-            request.add_header("Range", f"bytes={have}-")
-            log.info("resuming %s from byte %d", url, have)
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                _receive(response, part, have, progress, fetched,
-                         _Pace(timeout_s, min_window_bytes), max_bytes, cap_option)
-            return fetched[0]
-        except urllib.error.HTTPError as exc:
-            if exc.code == 416 and have:
-                if _range_total(exc.headers.get("Content-Range", "")) == have:
-                    return fetched[0]
-                log.warning("server refused the range of %s; starting over", part.name)
-                part.unlink()
-                continue
-            raise _http_error(exc, url, name) from exc
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, (socket.gaierror, ConnectionRefusedError)):
-                raise ModelError(_unreachable(url, name, str(exc.reason))) from exc
-            failure: BaseException = exc
-        except (_Interrupted, OSError, http.client.HTTPException) as exc:
-            failure = exc
-        failures += 1
-        kept = part.stat().st_size if part.exists() else 0
-        if failures > retries:
-            raise ModelError(
-                f"download of {url} failed after {failures} attempt(s): {_describe(failure)}. "
-                f"{_mb(kept)} are kept in {part}; run the same pull again to resume from there. "
-                f"{_manual_hint(url, name)}"
-            ) from failure
-        log.warning(
-            "download interrupted (%s); resuming, attempt %d of %d",
-            _describe(failure), failures + 1, retries + 1,
-        )
-        time.sleep(retry_wait_s * failures)
-
-
-def _receive(
-    response: http.client.HTTPResponse,
-    part: Path,
-    have: int,
-    progress: ProgressFn | None,
-    fetched: list[int],
-    pace: _Pace,
-    max_bytes: int | None = None,
-    cap_option: str = "--max-download-mb",
-) -> None:
-    """Append one response to the .part file (counting into fetched[0]); raise if it ends
-    early, stalls, grows past `max_bytes`, or the disk cannot take it."""
-    length = response.headers.get("Content-Length")
-    body_bytes = int(length) if length and length.isdigit() else None
-    if response.status == 206 and have:
-        start, total = _content_range(response.headers.get("Content-Range", ""))
-        if start != have:
-            part.unlink(missing_ok=True)
-            raise _Interrupted(f"server resumed at byte {start}, not {have}; starting over")
-        mode = "ab"
-    else:
-        if have:
-            log.warning("server ignored the range request; downloading from the start")
-        have, mode, total = 0, "wb", None
-    if total is None and body_bytes is not None:
-        total = have + body_bytes
-    if max_bytes is not None and total is not None and total > max_bytes:
-        raise _over_cap(part, max_bytes, cap_option, f"the server announces {_mb(total)}")
-    if total is not None:
-        _check_free_space(part, total - have)
-    done = have
-    if progress:
-        progress(done, total)
-    try:  # unbuffered: a full disk fails the write that overfills it, not a later close
-        handle = open(part, mode, buffering=0)  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise _write_failure(part, exc) from exc
-    with handle:
-        try:
-            # read1: whatever has arrived, so a trickle cannot hide inside one long read
-            while block := response.read1(BLOCK_BYTES):
-                try:
-                    _write_all(handle, block)
-                except OSError as exc:
-                    handle.close()
-                    raise _write_failure(part, exc) from exc
-                done += len(block)
-                fetched[0] += len(block)
-                if max_bytes is not None and done > max_bytes:
-                    handle.close()
-                    raise _over_cap(part, max_bytes, cap_option, "it was stopped there")
-                if progress:
-                    progress(done, total)
-                pace.arrived(len(block), done)
-        except (OSError, http.client.HTTPException) as exc:
-            raise _Interrupted(f"{_describe(exc)} after {_mb(done)}") from exc
-    if total is not None and done < total:
-        raise _Interrupted(f"connection closed after {_mb(done)} of {_mb(total)}")
-
-
-def _write_all(handle: IO[bytes], block: bytes) -> None:
-    """Write all of `block` (a raw write may take part of it when the disk is nearly full)."""
-    view = memoryview(block)
-    while view:
-        written = handle.write(view)
-        if not written:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        view = view[written:]
-
-
-def _over_cap(part: Path, max_bytes: int, cap_option: str, how: str) -> ModelError:
-    part.unlink(missing_ok=True)
-    return ModelError(
-        f"the download is larger than {_mb(max_bytes)}, the cap for this model ({how}); the "
-        f"partial file was deleted and nothing was installed. If it is genuine, raise the cap "
-        f"with {cap_option}"
-    )
-
-
-def _check_free_space(part: Path, needed: int) -> None:
-    """Refuse a body the cache's disk cannot hold, before writing any of it."""
-    try:
-        free = shutil.disk_usage(part.parent).free
-    except OSError:
-        return
-    if needed > free:
-        part.unlink(missing_ok=True)
-        raise ModelError(
-            f"the download needs {_mb(needed)} but the disk holding the model cache "
-            f"{part.parent} has {_mb(free)} free; nothing was written. Free some space, or set "
-            "STREAMASR_HOME to a folder on another disk"
-        )
-
-
-def _write_failure(part: Path, exc: OSError) -> ModelError:
-    """The cache cannot take the download (full, out of inodes, read-only): not a network
-    fault, so it is not retried, and the .part file is deleted rather than kept."""
-    with contextlib.suppress(OSError):
-        part.unlink(missing_ok=True)
-    return ModelError(_cache_failure(part.parent, exc).replace(
-        "Nothing was installed", "The partial download was deleted and nothing was installed"
-    ))
-
-
-class _Pace:
-    """Counts the bytes of each `window_s` window; too few in one is a stall."""
-
-    def __init__(self, window_s: float, min_bytes: int) -> None:
-        self.window_s, self.min_bytes = window_s, min_bytes
-        self.start = time.monotonic()
-        self.count = 0
-
-    def arrived(self, count: int, done: int) -> None:
-        self.count += count
-        now = time.monotonic()
-        if now - self.start < self.window_s:
-            return
-        if self.count < self.min_bytes:
-            raise _Interrupted(
-                f"stalled: {self.count} bytes in {now - self.start:.1f} s, fewer than "
-                f"{self.min_bytes} per {self.window_s:g} s window, after {_mb(done)}"
-            )
-        self.start, self.count = now, 0
-
-
-def _content_range(header: str) -> tuple[int, int | None]:
-    match = _CONTENT_RANGE_RE.search(header)
-    if not match:
-        return -1, None
-    total = match.group(3)
-    return int(match.group(1)), (int(total) if total != "*" else None)
-
-
-def _range_total(header: str) -> int | None:
-    match = re.search(r"/(\d+)", header)
-    return int(match.group(1)) if match else None
-
-
-def _http_error(exc: urllib.error.HTTPError, url: str, name: str) -> ModelError:
-    if exc.code == 404:
-        return ModelError(
-            f"{url} answered HTTP 404 Not Found: there is no archive at that address. Check "
-            f"the model name or --url. {_manual_hint(url, name)}"
-        )
-    return ModelError(
-        f"{url} answered HTTP {exc.code} {exc.reason}. Try again later, or use a mirror "
-        f"with --url. {_manual_hint(url, name)}"
-    )
-
-
-def _unreachable(url: str, name: str, reason: str) -> str:
-    host = urlparse(url).hostname or url
-    return (
-        f"cannot reach {host} ({reason}); is this machine offline? Pull from a reachable "
-        f"mirror with --url URL, or {_manual_hint(url, name, sentence=False)}"
-    )
-
-
-def _manual_hint(url: str, name: str, sentence: bool = True) -> str:
-    first = "Download" if sentence else "download"
-    return (
-        f"{first} {url} by hand and install it with "
-        f"`streamasr models pull {name} --archive FILE`"
-    )
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, urllib.error.URLError):
-        return str(exc.reason)
-    return str(exc) or type(exc).__name__
-
-
-def _mb(num_bytes: int) -> str:
-    return f"{num_bytes / (1 << 20):.1f} MB"
 
 
 # --- locking -----------------------------------------------------------------------------
