@@ -202,7 +202,9 @@ def _abandon(state: _State, signum: int, why: str | None) -> None:
         message = f"{stuck} did not return within {STUCK_GRACE_S:.0f} s of {name}"
     else:
         message = f"{why} while {stuck} was running"
-    message += "; exited without it. What was recognised before it is flushed"
+    message += "; stopped without waiting for it"
+    if stuck == "the engine step":
+        message += " (the finals before it are flushed)"
 
     def last_writes() -> None:
         for flush in list(state.abandon_flushes):

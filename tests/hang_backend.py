@@ -8,12 +8,17 @@ watcher (streamasr/interrupts.py) can end the process. When `STREAMASR_TEST_HANG
 names a file, the step writes it just before hanging, so a test knows when to send its signal.
 
 Loaded as `--backend hang_backend:BACKEND` with this folder on PYTHONPATH, model `hang`.
+
+Model `crash` is the other way an engine goes: once a stream has decoded
+`STREAMASR_TEST_CRASH_AT_S` seconds, the process dies by SIGKILL, as on a segfault or the
+out-of-memory killer. Only utterances at least that long kill their worker.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import signal
 from pathlib import Path
 
 from energy_backend import FRAME_S, EnergyRecognizer, EnergyStream
@@ -47,22 +52,41 @@ class HangStream(EnergyStream):
         return super().decode_step()
 
 
+class CrashStream(EnergyStream):
+    """Steps like the energy stream, then kills its own process at `crash_at_s` of audio."""
+
+    def __init__(self, crash_at_s: float) -> None:
+        super().__init__()
+        self._crash_at_s = crash_at_s
+
+    def decode_step(self) -> bool:
+        if self.ready() and self._frames_done * FRAME_S >= self._crash_at_s:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().decode_step()
+
+
 class HangRecognizer(EnergyRecognizer):
-    def create_stream(self) -> HangStream:
+    def __init__(self, options: EngineOptions, crash: bool) -> None:
+        super().__init__(options)
+        self.crash = crash
+
+    def create_stream(self) -> EnergyStream:
+        if self.crash:
+            return CrashStream(float(os.environ.get("STREAMASR_TEST_CRASH_AT_S", "4")))
         return HangStream(float(os.environ.get("STREAMASR_TEST_HANG_AT_S", "4")))
 
 
 def _recognises(model: str | None) -> bool:
-    return model == NAME
+    return model in (NAME, "crash")
 
 
 def _load(model: str | None, options: EngineOptions) -> HangRecognizer:
-    return HangRecognizer(options)
+    return HangRecognizer(options, crash=model == "crash")
 
 
 BACKEND = BackendEntry(
     name=NAME,
-    summary="test backend: an engine step that never returns",
+    summary="test backend: an engine step that never returns, or kills its process",
     recognises=_recognises,
     load=_load,
 )

@@ -7,33 +7,54 @@ whole utterances from a shared queue, so every utterance still streams in order,
 through one session exactly as in a one-worker run; the records are put back in dataset order.
 Text, tokens, token times and algorithmic latencies are therefore the same as with one worker;
 only compute times (and so RTF) depend on what else the cores are doing.
+
+The pool is a small one of our own over `multiprocessing.Process` and one pipe per worker,
+so that the parent knows which utterance each worker holds:
+
+- Workers ignore SIGINT and SIGHUP (a Ctrl-C at the terminal reaches the whole process
+  group; the parent decides) and die with the parent. On a stop signal the parent
+  terminates them at once (SIGTERM, then SIGKILL after `STOP_GRACE_S`) and the records
+  finished so far stay with the caller, which writes them.
+- A worker that dies (killed, out of memory, a crash in native code) is reported by name and
+  pid; the utterance it held is given to a fresh worker once, and marked failed if that one
+  dies on it too. The run goes on and still writes its results.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
 from streamasr.backends.base import EngineOptions
 from streamasr.bench.datasets import Utterance
-from streamasr.bench.runner import RunOptions, UtteranceRecord, run_utterance
-from streamasr.errors import UsageError
+from streamasr.bench.runner import RunOptions, UtteranceRecord, failed_record, run_utterance
+from streamasr.errors import ModelError, UsageError
 
 if TYPE_CHECKING:
+    from multiprocessing.context import SpawnProcess
+
     from streamasr.bench.sweep import Setting
 
 log = logging.getLogger("streamasr")
 
 #: More worker processes than this never helps (each holds a whole model in memory).
 WORKERS_MAX = 256
+#: A worker asked to stop (SIGTERM) gets this long before it is killed.
+STOP_GRACE_S = 0.5
+#: Times an utterance is given to a worker; a worker dying on it each time marks it failed.
+ATTEMPTS = 2
 
-# One engine per worker process, loaded once by the pool's initializer.
-_WORKER: dict[str, Any] = {}
+# signals a worker leaves to the parent: the terminal sends them to the whole group
+_PARENT_DECIDES = (signal.SIGINT, signal.SIGHUP)
 
 
 def available_cores() -> int:
@@ -53,19 +74,265 @@ def check_workers(workers: int) -> None:
         )
 
 
-def _init_worker(
-    model: str | None, backend: str | None, engine: EngineOptions, options: RunOptions
-) -> None:
+@dataclass(frozen=True)
+class _Job:
+    """What a worker process needs to load its engine (all of it pickles)."""
+
+    model: str | None
+    backend: str | None
+    engine: EngineOptions
+    options: RunOptions
+    parent_pid: int
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Linux: have the kernel kill this worker when the parent dies, even by SIGKILL."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _worker_main(conn: Connection, job: _Job) -> None:
+    """A worker process: load one engine, then decode the utterances sent until None."""
+    for signum in _PARENT_DECIDES:
+        signal.signal(signum, signal.SIG_IGN)
+    # started with them blocked (see _Pool.start), so none arrived before they were ignored
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _PARENT_DECIDES)
+    _die_with_parent(job.parent_pid)
     from streamasr.backends.registry import load_recognizer
     from streamasr.bench.runner import warm_up
 
-    recognizer = load_recognizer(model, engine, backend)
-    warm_up(recognizer)
-    _WORKER.update(recognizer=recognizer, options=options)
+    try:
+        recognizer = load_recognizer(job.model, job.engine, job.backend)
+        warm_up(recognizer)
+    except Exception as exc:  # the parent turns it into one line
+        conn.send(("failed", str(exc) or type(exc).__name__))
+        return
+    conn.send(("ready",))
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        index, utt = task
+        try:
+            record = run_utterance(recognizer, utt, job.options)
+        except Exception as exc:  # one utterance that breaks the engine is one failed row
+            record = failed_record(utt, f"the engine failed on it: {exc}", job.options.metric)
+        conn.send(("done", index, record))
 
 
-def _run_one(utt: Utterance) -> UtteranceRecord:
-    return run_utterance(_WORKER["recognizer"], utt, _WORKER["options"])
+class _Worker:
+    """The parent's view of one worker process."""
+
+    def __init__(self, number: int, process: SpawnProcess, conn: Connection) -> None:
+        self.number = number
+        self.process = process
+        self.conn = conn
+        self.ready = False
+        self.holding: int | None = None  # the index of the utterance it is decoding
+
+    @property
+    def name(self) -> str:
+        return f"worker {self.number} (pid {self.process.pid})"
+
+
+def death_reason(exitcode: int | None) -> str:
+    """'killed by SIGKILL', 'exited with status 3'."""
+    if exitcode is None:
+        return "vanished"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
+
+
+class _Pool:
+    """Worker processes, one task each at a time, replaced when they die."""
+
+    def __init__(self, job: _Job, size: int) -> None:
+        # spawn, not fork: the parent may already hold an engine and its thread pools
+        self._context = multiprocessing.get_context("spawn")
+        self._job = job
+        self._size = size
+        self._workers: list[_Worker] = []
+        self._started = 0
+
+    def start(self) -> _Worker:
+        """One more worker. SIGINT and SIGHUP are blocked while it is made, so the child
+        starts with them blocked and ignores them before they can reach it."""
+        parent_end, child_end = self._context.Pipe()
+        self._started += 1
+        process = self._context.Process(
+            target=_worker_main,
+            args=(child_end, self._job),
+            name=f"streamasr-bench-worker-{self._started}",
+            daemon=True,
+        )
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _PARENT_DECIDES)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        child_end.close()
+        worker = _Worker(self._started, process, parent_end)
+        self._workers.append(worker)
+        return worker
+
+    def run(
+        self,
+        utterances: Sequence[Utterance],
+        options: RunOptions,
+        on_done: Callable[[UtteranceRecord], None],
+    ) -> list[UtteranceRecord]:
+        records: list[UtteranceRecord | None] = [None] * len(utterances)
+        pending = collections.deque(range(len(utterances)))
+        attempts = [0] * len(utterances)
+        # a worker that dies before taking work is replaced, up to this many times in all
+        spare_starts = 2 * self._size
+        left = len(utterances)
+
+        def finish(index: int, record: UtteranceRecord) -> None:
+            nonlocal left
+            records[index] = record
+            left -= 1
+            on_done(record)
+
+        for _ in range(self._size):
+            self.start()
+        while left:
+            for worker in self._workers:
+                if worker.ready and worker.holding is None and pending:
+                    worker.holding = pending.popleft()
+                    attempts[worker.holding] += 1
+                    worker.conn.send((worker.holding, utterances[worker.holding]))
+            waits: list[Any] = [w.conn for w in self._workers]
+            waits += [w.process.sentinel for w in self._workers]
+            ready = wait(waits)
+            dead: list[_Worker] = []
+            for worker in list(self._workers):
+                if worker.conn in ready and not self._receive(worker, finish):
+                    dead.append(worker)
+                elif worker.process.sentinel in ready and worker not in dead:
+                    while self._poll(worker) and self._receive(worker, finish):
+                        pass
+                    dead.append(worker)
+            for worker in dead:
+                spare_starts -= self._bury(worker, utterances, options, attempts, pending, finish)
+            holding = sum(1 for w in self._workers if w.holding is not None)
+            while len(self._workers) < min(self._size, holding + len(pending)):
+                if spare_starts <= 0:
+                    if not self._workers:
+                        self._give_up(utterances, options, pending, finish)
+                    break
+                self.start()
+        return [r for r in records if r is not None]
+
+    @staticmethod
+    def _poll(worker: _Worker) -> bool:
+        try:
+            return worker.conn.poll()
+        except (EOFError, OSError):
+            return False
+
+    def _receive(self, worker: _Worker, finish: Callable[[int, UtteranceRecord], None]) -> bool:
+        """Take one message from a worker; False when its pipe is closed (it died)."""
+        try:
+            message = worker.conn.recv()
+        except (EOFError, OSError):
+            return False
+        if message[0] == "ready":
+            worker.ready = True
+        elif message[0] == "failed":
+            raise ModelError(f"bench {worker.name} could not load the model: {message[1]}")
+        elif message[0] == "done":
+            _, index, record = message
+            worker.holding = None
+            finish(index, record)
+        return True
+
+    def _bury(
+        self,
+        worker: _Worker,
+        utterances: Sequence[Utterance],
+        options: RunOptions,
+        attempts: list[int],
+        pending: collections.deque[int],
+        finish: Callable[[int, UtteranceRecord], None],
+    ) -> int:
+        """Report a dead worker and put its utterance back (or fail it); 1 if it held none."""
+        worker.process.join(STOP_GRACE_S)
+        reason = death_reason(worker.process.exitcode)
+        self._workers.remove(worker)
+        worker.conn.close()
+        index = worker.holding
+        if index is None:
+            log.warning("bench %s %s before it took an utterance", worker.name, reason)
+            return 1
+        utt = utterances[index]
+        if attempts[index] < ATTEMPTS:
+            log.warning(
+                "bench %s %s while decoding %s; giving it to a new worker", worker.name, reason,
+                utt.id,
+            )
+            pending.appendleft(index)
+        else:
+            log.warning(
+                "bench %s %s while decoding %s, the second worker to die on it; marked failed",
+                worker.name, reason, utt.id,
+            )
+            finish(index, failed_record(
+                utt,
+                f"{attempts[index]} worker processes died while decoding it (last: {reason})",
+                options.metric,
+            ))
+        return 0
+
+    def _give_up(
+        self,
+        utterances: Sequence[Utterance],
+        options: RunOptions,
+        pending: collections.deque[int],
+        finish: Callable[[int, UtteranceRecord], None],
+    ) -> None:
+        """Workers keep dying before they take work: the rest is marked failed."""
+        log.warning(
+            "bench worker processes keep dying before they take work; %d utterance(s) "
+            "marked failed", len(pending),
+        )
+        while pending:
+            index = pending.popleft()
+            finish(index, failed_record(
+                utterances[index], "no worker process stayed alive to decode it", options.metric
+            ))
+
+    def close(self, graceful: bool) -> None:
+        """End every worker: asked to finish when the run is done, else terminated now."""
+        workers, self._workers = self._workers, []
+        if graceful:
+            for worker in workers:
+                with contextlib.suppress(OSError, ValueError):
+                    worker.conn.send(None)
+        else:
+            for worker in workers:
+                with contextlib.suppress(OSError, ValueError):
+                    worker.process.terminate()
+        deadline = time.monotonic() + (5.0 if graceful else STOP_GRACE_S)
+        for worker in workers:
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+        for worker in workers:
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(STOP_GRACE_S)
+            worker.conn.close()
 
 
 def run_in_workers(
@@ -77,24 +344,23 @@ def run_in_workers(
     workers: int,
     on_done: Callable[[UtteranceRecord], None] = lambda record: None,
 ) -> list[UtteranceRecord]:
-    """Decode each utterance in one of `workers` processes; records in dataset order."""
+    """Decode each utterance in one of `workers` processes; records in dataset order.
+
+    Interrupted (KeyboardInterrupt: Ctrl-C, SIGTERM), the workers are ended at once and the
+    interruption goes on up; every record finished before it has gone to `on_done`.
+    """
     check_workers(workers)
     workers = min(workers, max(1, len(utterances)))
-    # spawn, not fork: the parent may already hold an engine and its thread pools
-    context = multiprocessing.get_context("spawn")
-    records: list[UtteranceRecord | None] = [None] * len(utterances)
-    with ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=context,
-        initializer=_init_worker,
-        initargs=(model, backend, engine, options),
-    ) as pool:
-        futures = {pool.submit(_run_one, utt): i for i, utt in enumerate(utterances)}
-        for future in as_completed(futures):
-            record = future.result()
-            records[futures[future]] = record
-            on_done(record)
-    return [r for r in records if r is not None]
+    if not utterances:
+        return []
+    pool = _Pool(_Job(model, backend, engine, options, os.getpid()), workers)
+    graceful = False
+    try:
+        records = pool.run(utterances, options, on_done)
+        graceful = True
+    finally:
+        pool.close(graceful)
+    return records
 
 
 def run_setting_in_workers(

@@ -151,6 +151,8 @@ def register(app: typer.Typer) -> None:
         except KeyboardInterrupt:
             kept = out / RECORDS_NAME
             where = f"the finished utterances are in {kept}" if kept.is_file() else "nothing ran"
+            if (out / "results.json").is_file() and kept.is_file():
+                where += f" and in {out / 'results.json'}, marked incomplete"
             err_console.print(f"[yellow]interrupted; {escape(where)}[/yellow]", highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         if regressed:
@@ -300,7 +302,7 @@ def run_bench(request: BenchRequest) -> bool:
     check_out(request.out)
     records = RecordLog(request.out)
     try:
-        results = _run_all(
+        results, complete = _run_all(
             settings,
             engine,
             data.utterances,
@@ -312,18 +314,16 @@ def run_bench(request: BenchRequest) -> bool:
     finally:
         records.close()
     doc = report.results_document(run, report.dataset_record(data), results)
+    doc["complete"] = complete
+    if not complete:
+        # stopped by a signal: what finished is written and shown, then the stop goes on
+        doc["stopped"] = _stopped_record(results, len(data.utterances) * len(settings))
+        report.write_results(request.out, doc)
+        _show(doc, request.out)
+        raise KeyboardInterrupt
     checks = report.compare(baseline, doc, rules) if baseline is not None else []
     report.write_results(request.out, doc, checks)
-    # a terminal gets its own width; a log file or pipe gets the table's natural width,
-    # not 80 columns that would cut the figures of a wide sweep
-    table = report.rich_table(doc)
-    if err_console.is_terminal:
-        err_console.print(table)
-    else:
-        from rich.console import Console
-
-        Console(file=err_console.file, width=160, color_system=None).print(table)
-    _print_notes(doc, request.out)
+    _show(doc, request.out)
     _note_int8_batching(settings, str(request.streams))
     if request.plot is not None:
         from streamasr.bench.plot import plot_tradeoff
@@ -345,6 +345,34 @@ def run_bench(request: BenchRequest) -> bool:
     return bool(failed)
 
 
+def _show(doc: dict[str, Any], out: Path) -> None:
+    """The results table and the notes under it, on stderr."""
+    from streamasr.bench import report
+
+    # a terminal gets its own width; a log file or pipe gets the table's natural width,
+    # not 80 columns that would cut the figures of a wide sweep
+    table = report.rich_table(doc)
+    if err_console.is_terminal:
+        err_console.print(table)
+    else:
+        from rich.console import Console
+
+        Console(file=err_console.file, width=160, color_system=None).print(table)
+    _print_notes(doc, out)
+
+
+def _stopped_record(results: list[dict[str, Any]], planned: int) -> dict[str, Any]:
+    """Why and where an incomplete results.json ends."""
+    from streamasr.interrupts import signal_name, stopped_by
+
+    signum = stopped_by()
+    return {
+        "signal": signal_name(signum) if signum is not None else "KeyboardInterrupt",
+        "utterances_done": sum(len(s["utterances"]) for s in results),
+        "utterances_planned": planned,
+    }
+
+
 def _run_all(
     settings: list[Any],
     engine: Any,
@@ -353,11 +381,16 @@ def _run_all(
     streams: list[int],
     run_setting: Any,
     keep: Any = lambda record: None,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], bool]:
     """Run each setting under one progress bar with an ETA (shown on a terminal only).
 
     `keep` gets every finished utterance's record at once (the `utterances.jsonl` log).
+    Stopped (Ctrl-C, SIGTERM), it returns what finished and False: the settings done, and
+    the one-stream records of the setting that was running (a partial batched pass is
+    left out: it compares with nothing).
     """
+    import time
+
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -366,6 +399,8 @@ def _run_all(
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+
+    from streamasr.bench.report import setting_record, summarize
 
     passes = 1 + sum(1 for n in streams if n > 1)
     total = len(utterances) * len(settings) * passes
@@ -377,19 +412,35 @@ def _run_all(
         TextColumn("eta"),
         TimeRemainingColumn(),
     )
-    results = []
+    results: list[dict[str, Any]] = []
     with Progress(
         *columns, console=err_console, transient=True, disable=not err_console.is_terminal
     ) as progress:
         task = progress.add_task("bench", total=total)
 
+        running: list[Any] = []  # the one-stream records of the setting now running
+
         def on_done(name: str, record: Any) -> None:
             keep({"setting": name, **record.to_dict()})
+            if name == settings[len(results)].name:
+                running.append(record)
             progress.update(task, advance=1, description=f"{name}: {escape(record.id)}")
 
         for setting in settings:
-            results.append(run_setting(setting, engine, utterances, options, streams, on_done))
-    return results
+            running.clear()
+            started = time.perf_counter()
+            try:
+                results.append(run_setting(setting, engine, utterances, options, streams, on_done))
+            except KeyboardInterrupt:
+                if running:
+                    order = {u.id: i for i, u in enumerate(utterances)}
+                    done = sorted(running, key=lambda r: order.get(r.id, 0))
+                    summary = summarize(done, options.metric, time.perf_counter() - started)
+                    summary["complete"] = False
+                    info = setting.recognizer.info
+                    results.append(setting_record(setting.name, info, summary, done))
+                return results, False
+    return results, True
 
 
 def _note_int8_batching(settings: list[Any], streams: str) -> None:
