@@ -300,6 +300,8 @@ class StreamServer:
         if path == "/metrics":
             body, content_type = self.metrics.render()
             return _response(200, body, content_type)
+        if path == "/favicon.ico":
+            return _response(204, b"", "image/x-icon")
         if path in STATIC:
             name, content_type = STATIC[path]
             folder = resources.files("streamasr.server").joinpath("static")

@@ -1,5 +1,6 @@
 // The streamasr page: microphone -> AudioWorklet (16 kHz s16le) -> WebSocket /ws; shows the
 // growing partial, the committed finals, the first-token latency and the input level.
+// With "keep a copy" ticked, the audio sent is kept in the page and offered as a WAV file.
 "use strict";
 
 const RATE = 16000;
@@ -7,6 +8,8 @@ const $ = (id) => document.getElementById(id);
 let socket = null;
 let context = null;
 let stream = null;
+let sending = false; // true between the config and the end message
+let kept = []; // Int16Array blocks, exactly as sent, when "keep a copy" is ticked
 
 function wsUrl() {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
@@ -32,16 +35,46 @@ function showEvent(event) {
     $("latency").textContent = `${Math.round(event.latency_s * 1000)} ms of audio after onset${wall}`;
   } else if (event.type === "summary") {
     setStatus(`stopped: ${event.audio_s.toFixed(1)} s of audio`);
+    if (socket) socket.close(1000);
+    offerCopy();
   }
+}
+
+function openSocket() {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(wsUrl());
+    ws.binaryType = "arraybuffer";
+    ws.onopen = () => {
+      ws.send(JSON.stringify({
+        sample_rate: RATE, format: "s16le", channels: 1, source: "browser", realtime: true,
+      }));
+      sending = true;
+      resolve(ws);
+    };
+    ws.onerror = () => reject(new Error("cannot connect to the server"));
+    ws.onmessage = (message) => showEvent(JSON.parse(message.data));
+    ws.onclose = (close) => {
+      if (close.code !== 1000 && close.reason) setStatus(`closed: ${close.reason}`);
+      teardown();
+    };
+  });
+}
+
+function onBlock(message) {
+  const level = Math.min(1, message.data.peak);
+  $("level-bar").style.width = `${Math.round(level * 100)}%`;
+  $("level-bar").style.background = level > 0.95 ? "#c33" : "#3a3";
+  if (!sending || !socket || socket.readyState !== WebSocket.OPEN) return;
+  socket.send(message.data.pcm);
+  if ($("keep").checked) kept.push(new Int16Array(message.data.pcm));
 }
 
 async function start() {
   $("start").disabled = true;
-  setStatus("asking for the microphone");
+  $("copy").hidden = true;
+  kept = [];
+  setStatus("connecting");
   try {
-    stream = await navigator.mediaDevices.getUserMedia({
-      audio: { echoCancellation: false, noiseSuppression: false, autoGainControl: false },
-    });
     // ask for 16 kHz; a browser that keeps its own rate is downsampled in the worklet
     try {
       context = new AudioContext({ sampleRate: RATE });
@@ -49,33 +82,27 @@ async function start() {
       context = new AudioContext();
     }
     await context.audioWorklet.addModule("worklet.js");
-    const source = context.createMediaStreamSource(stream);
     const worklet = new AudioWorkletNode(context, "downsampler", {
       processorOptions: { targetRate: RATE },
     });
-    socket = new WebSocket(wsUrl());
-    socket.binaryType = "arraybuffer";
-    socket.onopen = () => {
-      socket.send(JSON.stringify({
-        sample_rate: RATE, format: "s16le", channels: 1, source: "browser", realtime: true,
-      }));
-      setStatus("listening");
-      $("stop").disabled = false;
-    };
-    socket.onmessage = (message) => showEvent(JSON.parse(message.data));
-    socket.onclose = (close) => {
-      if (close.code !== 1000 && close.reason) setStatus(`closed: ${close.reason}`);
-      teardown();
-    };
-    worklet.port.onmessage = (message) => {
-      const level = Math.min(1, message.data.peak);
-      $("level-bar").style.width = `${Math.round(level * 100)}%`;
-      $("level-bar").style.background = level > 0.95 ? "#c33" : "#3a3";
-      if (socket && socket.readyState === WebSocket.OPEN) socket.send(message.data.pcm);
-    };
-    source.connect(worklet);
+    worklet.port.onmessage = onBlock;
+    // the socket and the worklet are ready before the microphone opens: no audio is lost
+    socket = await openSocket();
+    setStatus("asking for the microphone");
+    stream = await navigator.mediaDevices.getUserMedia({
+      audio: { echoCancellation: false, noiseSuppression: false, autoGainControl: false },
+    });
+    context.createMediaStreamSource(stream).connect(worklet);
+    // a node only runs while it leads to the output: connect it through a muted gain
+    const mute = context.createGain();
+    mute.gain.value = 0;
+    worklet.connect(mute).connect(context.destination);
+    await context.resume();
+    setStatus("listening");
+    $("stop").disabled = false;
   } catch (error) {
     setStatus(`cannot start: ${error.message || error}`);
+    if (socket) socket.close(1000);
     teardown();
   }
 }
@@ -83,14 +110,10 @@ async function start() {
 function stop() {
   $("stop").disabled = true;
   setStatus("finishing");
+  sending = false;
   if (socket && socket.readyState === WebSocket.OPEN) {
-    socket.send(JSON.stringify({ type: "end" }));
     // the server sends the last final and a summary; then the page closes the connection
-    const pending = socket;
-    const done = (message) => {
-      if (JSON.parse(message.data).type === "summary") pending.close(1000);
-    };
-    pending.addEventListener("message", done);
+    socket.send(JSON.stringify({ type: "end" }));
   }
   stopAudio();
 }
@@ -104,10 +127,45 @@ function stopAudio() {
 }
 
 function teardown() {
+  sending = false;
   stopAudio();
   socket = null;
   $("start").disabled = false;
   $("stop").disabled = true;
+}
+
+function keptWav() {
+  const samples = kept.reduce((total, block) => total + block.length, 0);
+  const view = new DataView(new ArrayBuffer(44 + samples * 2));
+  const text = (offset, value) => [...value].forEach((c, i) => view.setUint8(offset + i, c.charCodeAt(0)));
+  text(0, "RIFF");
+  view.setUint32(4, 36 + samples * 2, true);
+  text(8, "WAVEfmt ");
+  view.setUint32(16, 16, true);
+  view.setUint16(20, 1, true); // PCM
+  view.setUint16(22, 1, true); // mono
+  view.setUint32(24, RATE, true);
+  view.setUint32(28, RATE * 2, true);
+  view.setUint16(32, 2, true);
+  view.setUint16(34, 16, true);
+  text(36, "data");
+  view.setUint32(40, samples * 2, true);
+  let offset = 44;
+  for (const block of kept) {
+    for (const sample of block) {
+      view.setInt16(offset, sample, true);
+      offset += 2;
+    }
+  }
+  return new Blob([view.buffer], { type: "audio/wav" });
+}
+
+function offerCopy() {
+  if (!kept.length) return;
+  const link = $("copy");
+  if (link.href) URL.revokeObjectURL(link.href);
+  link.href = URL.createObjectURL(keptWav());
+  link.hidden = false;
 }
 
 $("start").addEventListener("click", start);

@@ -9,7 +9,8 @@ class Downsampler extends AudioWorkletProcessor {
     this.position = 0; // input samples counted into the current output sample
     this.sum = 0;
     this.count = 0;
-    this.out = new Int16Array(Math.round(this.target / 10));
+    this.blockSize = Math.round(this.target / 10);
+    this.out = new Int16Array(this.blockSize);
     this.filled = 0;
     this.peak = 0;
   }
@@ -34,9 +35,9 @@ class Downsampler extends AudioWorkletProcessor {
         this.count = 0;
         const clipped = Math.max(-1, Math.min(1, mean));
         this.out[this.filled++] = clipped < 0 ? Math.round(clipped * 32768) : Math.round(clipped * 32767);
-        if (this.filled === this.out.length) {
+        if (this.filled === this.blockSize) {
           this.port.postMessage({ pcm: this.out.buffer, peak: this.peak }, [this.out.buffer]);
-          this.out = new Int16Array(this.out.length);
+          this.out = new Int16Array(this.blockSize); // the old buffer went to the page
           this.filled = 0;
           this.peak = 0;
         }
