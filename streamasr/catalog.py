@@ -13,6 +13,8 @@ and of every installed file in the model's manifest (see `streamasr.store`).
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from streamasr.errors import ModelError
@@ -321,17 +323,30 @@ def find(name: str) -> CatalogEntry | None:
     return None
 
 
-def known_names() -> str:
-    """`alias (release)` for every entry, for error messages."""
-    return ", ".join(f"{e.short_name} ({e.name})" for e in CATALOG)
+def close_names(name: str, others: Iterable[str] = (), count: int = 3) -> list[str]:
+    """Up to `count` model names a user may have meant: aliases, release names and `others`
+    (bundled or cached names); prefixes first ('english' -> 'en'), then similar spellings."""
+    names = [n for e in CATALOG for n in (*e.aliases, e.name)] + list(others)
+    wanted = name.lower()
+    prefixed = [n for n in names if wanted.startswith(n.lower()) or n.lower().startswith(wanted)]
+    similar = difflib.get_close_matches(name, names, n=count, cutoff=0.5)
+    return list(dict.fromkeys(prefixed + similar))[:count]
+
+
+def did_you_mean(name: str, others: Iterable[str] = ()) -> str:
+    """'did you mean en, en-20M?' or a pointer to the list, for one-line errors."""
+    close = close_names(name, others)
+    if close:
+        return f"did you mean {', '.join(close)}? (`streamasr models list` shows them all)"
+    return "`streamasr models list` shows the known models"
 
 
 def lookup(name: str) -> CatalogEntry:
-    """Like `find`, but an unknown name is an error that lists the catalog."""
+    """Like `find`, but an unknown name is an error that suggests the closest names."""
     entry = find(name)
     if entry is None:
         raise ModelError(
-            f"unknown model {name!r}. Released models: {known_names()}. "
-            "For another model, pass --url URL (or --archive FILE) to install it under this name"
+            f"unknown model {name!r}; {did_you_mean(name)}. For another model, pass --url URL "
+            "(or --archive FILE) to install it under this name"
         )
     return entry

@@ -76,8 +76,8 @@ def published_export(name: str, chunk: int | None = None) -> PublishedExport:
     entry = catalog.find(name)
     if entry is None:
         raise ModelError(
-            f"unknown model {name!r}. Known released models: {catalog.known_names()}; "
-            "or pass --model DIR with a sherpa-onnx streaming model directory"
+            f"unknown model {name!r}; {catalog.did_you_mean(name)}. Or pass --model DIR with "
+            "a sherpa-onnx streaming model directory"
         )
     exports = _exports_of(entry)
     if not exports:

@@ -25,17 +25,22 @@ log = logging.getLogger("streamasr")
 
 # Models shipped in the repository's models/ folder, by name.
 BUNDLED_DEFAULT_ORDER = ("tiny-en", "tiny-random-transducer")
-_CHUNK_TAG = re.compile(r"chunk-(\d+)-left-(\d+)")
+CHUNK_TAG = re.compile(r"chunk-(\d+)-left-(\d+)")
 #: A tokens.txt larger than this is not a vocabulary (the largest released ones are ~100 kB).
 MAX_TOKENS_BYTES = 16 << 20
 
 
 def bundled_models_dir() -> Path:
-    """Where bundled models live: $STREAMASR_MODELS, else the repository's models/ folder."""
+    """Where bundled models live: $STREAMASR_MODELS, else the repository's models/ folder (a
+    clone or an editable install), else the demo model an installed wheel carries."""
     env = os.environ.get("STREAMASR_MODELS")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "models"
+    package = Path(__file__).resolve().parent
+    checkout = package.parent / "models"
+    if (package.parent / "pyproject.toml").is_file() and checkout.is_dir():
+        return checkout
+    return package / "bundled_models"
 
 
 @dataclass(frozen=True)
@@ -272,10 +277,10 @@ def _model_directory(model: str | None) -> Path:
         )
     if path.exists():
         raise ModelError(f"--model {model} is a file; pass the directory that holds it")
-    names = ", ".join(list_bundled()) or "(none bundled)"
     raise ModelError(
-        f"unknown model {model!r}: not a directory and not a bundled model. "
-        f"Bundled models: {names}; or pass a directory with tokens.txt and ONNX files"
+        f"unknown model {model!r}: not a directory, a bundled or a released model; "
+        f"{catalog.did_you_mean(model, list_bundled())}. Or pass a directory with tokens.txt "
+        "and ONNX files"
     )
 
 
@@ -306,10 +311,10 @@ def _partner(onnx_files: list[Path], role: str, encoder: Path, prefer_int8: bool
             f"model directory {encoder.parent} has an encoder but no {role} ONNX file; "
             f"a transducer needs encoder, decoder and joiner files"
         )
-    tag = _CHUNK_TAG.search(encoder.name)
+    tag = CHUNK_TAG.search(encoder.name)
     if tag:
         same = [p for p in options if tag.group(0) in p.name]
         if same:
             return same[0]
-    untagged = [p for p in options if not _CHUNK_TAG.search(p.name)]
+    untagged = [p for p in options if not CHUNK_TAG.search(p.name)]
     return (untagged or options)[0]

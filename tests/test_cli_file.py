@@ -139,7 +139,8 @@ def test_usage_errors_exit_2(speech_16k: Path, tmp_path: Path) -> None:
 
 def test_model_errors_exit_1(speech_16k: Path, tmp_path: Path) -> None:
     result = invoke(str(speech_16k), "--model", "no-such-model")
-    assert result.exit_code == 1 and "Bundled models:" in result.stderr
+    assert result.exit_code == 1 and "unknown model 'no-such-model'" in result.stderr
+    assert "streamasr models list" in result.stderr
     empty = tmp_path / "model"
     empty.mkdir()
     result = invoke(str(speech_16k), "--model", str(empty))

@@ -47,9 +47,11 @@ def test_bundled_name_resolves(random_transducer: Path) -> None:
     assert resolve_model("tiny-random-transducer").directory == random_transducer
 
 
-def test_unknown_name_lists_bundled_models() -> None:
-    with pytest.raises(ModelError, match=r"unknown model 'nope'.*tiny-random-transducer"):
+def test_unknown_name_suggests_the_closest_bundled_or_released_models() -> None:
+    with pytest.raises(ModelError, match=r"unknown model 'nope'.*`streamasr models list`"):
         resolve_model("nope")
+    with pytest.raises(ModelError, match=r"did you mean tiny-random-transducer"):
+        resolve_model("tiny-random-transduce")
 
 
 def test_missing_tokens_and_missing_joiner(random_transducer: Path, tmp_path: Path) -> None:

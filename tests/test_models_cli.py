@@ -127,11 +127,18 @@ def test_checksum_mismatch_exits_1_and_leaves_no_model(
     assert not (cache / catalog.lookup("en-20M").name).exists()
 
 
-def test_unknown_names_list_the_catalog(cache: Path) -> None:
+def test_unknown_names_suggest_the_closest_ones(cache: Path) -> None:
     for args in (("pull", "nosuch"), ("path", "nosuch"), ("verify", "nosuch")):
         result = models(*args)
         assert result.exit_code == 1, args
-        assert "en-20M" in result.stderr and "bilingual-zh-en" in result.stderr
+        assert "`streamasr models list` shows" in result.stderr
+        assert len(result.stderr) < 300, result.stderr  # one line, not the whole catalog
+    for typed, meant in (
+        ("english", "en"), ("en-20m-x", "en-20M"), ("bilingual-zh", "bilingual-zh-en")
+    ):
+        result = models("pull", typed)
+        assert result.exit_code == 1, typed
+        assert "did you mean" in result.stderr and meant in result.stderr.split("did you mean")[1]
 
 
 def test_known_but_not_pulled_says_how_to_pull(cache: Path) -> None:

@@ -272,11 +272,9 @@ def _model_budget(
         return budget_from_metadata(meta)
     elif model is not None and not Path(model).exists() and model not in list_bundled():
         if store.find_cached(model) is None:  # a custom name pulled with --url/--archive
-            bundled = ", ".join(list_bundled()) or "none"
             raise ModelError(
-                f"unknown model {model!r}: not a directory, a released model or a bundled one. "
-                f"Released: {catalog.known_names()}. Bundled: {bundled}. Or pass a model "
-                "directory"
+                f"unknown model {model!r}: not a directory, a released model or a bundled one; "
+                f"{catalog.did_you_mean(model, list_bundled())}. Or pass a model directory"
             )
     files = resolve_model(model, chunk, prefer_int8=not fp32)
     budget = budget_from_metadata(files.metadata)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -27,6 +29,8 @@ from streamasr import store
 from streamasr.catalog import CATALOG, find
 from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup_logging
 from streamasr.errors import UsageError
+from streamasr.localmodels import describe_folder
+from streamasr.modeldir import bundled_models_dir, list_bundled
 
 models_app = typer.Typer(
     name="models",
@@ -57,7 +61,7 @@ def list_models(
         if fmt not in LIST_FORMATS:
             raise UsageError(f"--format {fmt!r} is not known; use one of: table, json")
         cache = store.cache_dir()
-        rows = []
+        rows: list[dict[str, object]] = []
         for entry in CATALOG:
             directory = store.find_cached(entry.name, cache)
             rows.append({
@@ -82,25 +86,53 @@ def list_models(
         known = {entry.name for entry in CATALOG}
         custom = [m for m in store.installed_models(cache) if m.name not in known]
         for model in custom:
-            rows.append({
-                "name": model.name, "aliases": [], "engine": "?", "language": "?", "kind": "?",
-                "token_type": "?", "chunks": [], "chunk_label": "-", "att_context_sizes": [],
-                "params_m": None, "single_file": None, "size_mb": None, "size_exact": False,
-                "archive_sha256": None,
-                "installed": "yes" if model.has_manifest else "yes (no manifest)",
-                "directory": str(model.directory), "description": "pulled with --url/--archive",
-            })
+            installed = "yes" if model.has_manifest else "yes (no manifest)"
+            rows.append(_local_row(model.name, model.directory, installed,
+                                   "pulled with --url/--archive"))
+        for name in list_bundled():
+            rows.append(_local_row(name, bundled_models_dir() / name, "bundled",
+                                   "ships with streamasr (a demo/test model)"))
         if fmt == "json":
             typer.echo(json.dumps({"cache": str(cache), "models": rows}, indent=2))
             return
         _print_table(rows, cache)
 
 
+def _local_row(name: str, directory: Path, installed: str, description: str) -> dict[str, object]:
+    """A list row for a model folder the catalog does not know, described by its files."""
+    facts = describe_folder(directory)
+    return {
+        "name": name, "aliases": [], "engine": facts.engine, "language": "?",
+        "kind": facts.kind, "token_type": facts.token_type, "chunks": list(facts.chunks),
+        "chunk_label": facts.chunk_label, "att_context_sizes": [], "params_m": None,
+        "single_file": None, "size_mb": None, "size_exact": False, "archive_sha256": None,
+        "installed": installed, "directory": str(directory), "description": description,
+    }
+
+
+# the full table needs ~190 columns; below WIDE_COLUMNS a terminal gets the columns a choice
+# needs (name, language, engine, chunk, size, installed), which fit in 80
+WIDE_COLUMNS = 150
+FULL_COLUMNS = ("alias", "language", "engine", "kind", "tokens", "chunk", "size", "installed",
+                "release name")
+NARROW_COLUMNS = ("name", "lang", "engine", "chunk", "size", "installed")
+
+
+def _short_chunks(label: str) -> str:
+    """'1120/560/160/80 ms' -> '80-1120 ms', so a narrow table keeps one line per model."""
+    values = sorted(int(v) for v in re.findall(r"\d+", label))
+    if len(values) < 2:
+        return label
+    return f"{values[0]}-{values[-1]} ms"
+
+
 def _print_table(rows: Sequence[Mapping[str, object]], cache: Path) -> None:
-    table = Table()
-    columns = ("alias", "language", "engine", "kind", "tokens", "chunk", "size", "installed",
-               "release name")
-    for column in columns:
+    console = Console()
+    if not console.is_terminal:  # piped: one row per line, for grep
+        console = Console(width=240)
+    wide = console.width >= WIDE_COLUMNS
+    table = Table() if wide else Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in FULL_COLUMNS if wide else NARROW_COLUMNS:
         table.add_column(
             column,
             justify="right" if column in ("size", "chunk") else "left",
@@ -110,16 +142,20 @@ def _print_table(rows: Sequence[Mapping[str, object]], cache: Path) -> None:
         entry = find(str(row["name"]))
         size = entry.size_label if entry else "-"
         installed = str(row["installed"])
-        style = "green" if installed.startswith("yes") else "dim"
-        table.add_row(
-            escape(", ".join(row["aliases"]) or "-"),  # type: ignore[arg-type]
-            str(row["language"]), str(row["engine"]), str(row["kind"]), str(row["token_type"]),
-            str(row["chunk_label"]), size, f"[{style}]{escape(installed)}[/{style}]",
-            escape(str(row["name"])),
-        )
-    console = Console()
-    if not console.is_terminal:  # piped: one row per line, for grep
-        console = Console(width=240)
+        style = "green" if installed.startswith(("yes", "bundled")) else "dim"
+        aliases = ", ".join(row["aliases"]) or "-"  # type: ignore[arg-type]
+        cells = {
+            "alias": escape(aliases), "name": escape(aliases if entry else str(row["name"])),
+            "language": str(row["language"]), "lang": str(row["language"]),
+            "engine": str(row["engine"]).replace("sherpa-onnx", "sherpa" if not wide else
+                                                "sherpa-onnx"),
+            "kind": str(row["kind"]), "tokens": str(row["token_type"]),
+            "chunk": str(row["chunk_label"]) if wide else _short_chunks(str(row["chunk_label"])),
+            "size": size,
+            "installed": f"[{style}]{escape(installed)}[/{style}]",
+            "release name": escape(str(row["name"])),
+        }
+        table.add_row(*(cells[c] for c in (FULL_COLUMNS if wide else NARROW_COLUMNS)))
     console.print(table)
     err_console.print(
         f"cache: {escape(str(cache))}\nchunk: audio per encoder step (Zipformer: fixed by "
@@ -321,6 +357,9 @@ def verify(name: NameArg, verbose: VerboseOpt = False) -> None:
 
 @models_app.command("path")
 def path(name: NameArg) -> None:
-    """Print a pulled model's folder (for scripts); exit 1 if it is not pulled."""
+    """Print a pulled or bundled model's folder (for scripts); exit 1 if there is none."""
     with cli_errors():
+        if store.find_cached(name) is None and name in list_bundled():
+            typer.echo(str(bundled_models_dir() / name))
+            return
         typer.echo(str(store.require_cached(name)))
