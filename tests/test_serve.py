@@ -42,7 +42,8 @@ def reference() -> dict[str, list[dict[str, Any]]]:
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
     with serve(
-        "--max-connections", "16", "--handshake-timeout-s", "2", "--max-frame-bytes", "65536"
+        "--max-connections", "16", "--handshake-timeout-s", "2", "--max-frame-bytes", "65536",
+        "--allow-origin", "http://captions.example",
     ) as running:
         yield running
 
@@ -164,6 +165,20 @@ def test_config_never_sent_and_handshake_never_completed(server: ServerProcess) 
     assert status == 200
 
 
+def test_origin_check(server: ServerProcess) -> None:
+    async def run(origin: str) -> int:
+        try:
+            async with connect(server.url, origin=origin) as ws:
+                events = await stream_clip(ws, CLIPS[1])
+                assert events[-1]["type"] == "summary"
+                return 101
+        except InvalidStatus as exc:
+            return int(exc.response.status_code)
+
+    assert asyncio.run(run("http://captions.example")) == 101
+    assert asyncio.run(run("http://elsewhere.example")) == 403
+
+
 def test_http_routes_and_metrics(server: ServerProcess) -> None:
     async def one() -> list[dict]:
         async with connect(server.url) as ws:
@@ -238,10 +253,28 @@ def test_capacity_refusal_and_token(tmp_path: Any) -> None:
         assert 'streamasr_refused_connections_total{reason="auth"} 2.0' in metrics
 
 
-def test_sigterm_flushes_open_session_and_exits_0(
+def test_idle_flushes_then_sigterm_flushes_open_session_and_exits_0(
     reference: dict[str, list[dict[str, Any]]]
 ) -> None:
-    with serve("--grace-s", "1") as server:
+    with serve("--grace-s", "1", "--idle-timeout-s", "5") as server:
+        data, rate = pcm(CLIPS[1])
+
+        async def idle() -> tuple[list[dict], int | None, str]:
+            async with connect(server.url) as ws:
+                await ws.send(json.dumps({"sample_rate": rate, "source": CLIPS[1]}))
+                await ws.send(data)  # and then nothing: no end, no more audio
+                events = []
+                try:
+                    while True:
+                        events.append(json.loads(await ws.recv()))
+                except ConnectionClosed as exc:
+                    assert exc.rcvd is not None
+                    return events, exc.rcvd.code, exc.rcvd.reason
+
+        events, code, reason = asyncio.run(idle())
+        assert code == 1001 and "idle" in reason
+        assert comparable(events) == comparable(reference[CLIPS[1]])
+
         data, rate = pcm(CLIPS[0])
 
         async def run() -> tuple[list[dict], int | None, str]:
