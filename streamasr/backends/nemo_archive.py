@@ -70,7 +70,6 @@ ALLOWED_TARGETS = frozenset({
     f"{_MODULES}.conv_asr.ConvASRDecoder",
     f"{_LOSSES}.CTCLoss",
     f"{_LOSSES}.ctc.CTCLoss",
-    f"{_LOSSES}.RNNTLoss",
     f"{_LOSSES}.rnnt.RNNTLoss",
     f"{_TOKENIZERS}.SentencePieceTokenizer",
     f"{_TOKENIZERS}.sentencepiece_tokenizer.SentencePieceTokenizer",
@@ -339,8 +338,9 @@ def restore(nemo_asr, torch, vetted: VettedModel, device: str):
                 map_location=torch.device(device), save_restore_connector=connector,
             )
     except pickle.UnpicklingError as exc:
-        detail = [line.split("error:", 1)[-1].strip() for line in str(exc).splitlines()
-                  if "WeightsUnpickler error" in line]
+        detail = [line.split("error:", 1)[-1].strip().rstrip(".")
+                  for line in str(exc).splitlines()
+                  if "WeightsUnpickler error" in line or "GLOBAL" in line]
         raise _refuse(
             vetted.source, f"its {WEIGHTS_NAME} holds pickled objects besides tensors "
             f"({detail[0] if detail else 'not a weights-only checkpoint'})",
