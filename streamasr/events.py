@@ -6,8 +6,15 @@ fed so far) and `wall_s` (monotonic seconds since the stream started).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+
+def _is_record(value: object) -> TypeGuard[DataclassInstance]:
+    return is_dataclass(value) and not isinstance(value, type)
 
 
 @dataclass(frozen=True)
@@ -21,12 +28,21 @@ class Event:
     segment: int
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict with the event kind first."""
-        data = asdict(self)
-        for key, value in data.items():
+        """JSON-ready dict with the event kind first.
+
+        Field by field, not `asdict`: that deep-copies every token of a partial one by one,
+        and a partial of a long utterance holds thousands.
+        """
+        data: dict[str, Any] = {"type": self.kind}
+        for item in fields(self):
+            value = getattr(self, item.name)
             if isinstance(value, tuple):
-                data[key] = list(value)
-        return {"type": self.kind, **data}
+                nested = bool(value) and _is_record(value[0])
+                value = [asdict(v) for v in value] if nested else list(value)
+            elif _is_record(value):
+                value = asdict(value)
+            data[item.name] = value
+        return data
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""What one encoder step costs streamasr on top of the engine, along one long utterance.
+
+One long utterance (the bundled clips one after another, no endpointing) goes through:
+
+- bare: a bare sherpa-onnx loop (accept_waveform, decode_stream while ready, get_result);
+- whole: streamasr's loop with the text assembled from the whole hypothesis at every step
+  (the way it was done before incremental assembly), JSONL with full partials;
+- full: streamasr's loop as it is, JSONL with full partials (`--partials full`);
+- delta: the same with `--partials delta`.
+
+The variants run interleaved in one process on one loaded model (so other work on the
+machine hits them alike), each repetition in a fresh stream. Per step it records the loop-only
+cost: the wall time of the step minus the engine's `decode_stream`, i.e. reading the
+hypothesis, assembling text, events and JSONL. A flat curve (slope ~0 µs per 100 steps,
+taken between the medians of the first and the last tenth of the steps) means a step costs the
+same at the end of a long utterance as at its start. Wall and CPU time ratios against the
+bare loop are printed side by side, with the machine's load average.
+
+    python scripts/step_cost.py --minutes 5.5 --reps 3 --out build/step-cost.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+RATE = 16000
+VARIANTS = ("bare", "whole", "full", "delta")
+
+
+class CountingSink:
+    """A text stream that only counts the UTF-8 bytes written to it."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def write(self, text: str) -> int:
+        self.bytes += len(text.encode("utf-8"))
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def long_audio(minutes: float) -> np.ndarray:
+    import soundfile as sf
+
+    clips = [
+        sf.read(path, dtype="float32")[0]
+        for path in sorted((ROOT / "models" / "tiny-en" / "test_wavs").glob("*.wav"))
+    ]
+    one_round = np.concatenate(clips)
+    rounds = max(1, round(minutes * 60 * RATE / len(one_round)))
+    return np.concatenate([one_round] * rounds)
+
+
+def whole_hypothesis(stream: Any) -> Any:
+    """SherpaStream.hypothesis as it was: every step re-reads and re-spaces the whole text."""
+    from streamasr.backends.base import Hypothesis
+    from streamasr.tokens import assemble, tidy_spacing
+
+    result = stream.engine.get_result_all(stream.stream)
+    start = float(result.start_time)
+    pieces = stream._pieces(result)
+    if stream._from_pieces:
+        text = assemble(pieces, final=False).text
+    else:
+        text = tidy_spacing(result.text)
+    times = np.round(np.add(result.timestamps, start), 3).tolist()
+    return Hypothesis(
+        text=text, tokens=pieces, token_times_s=tuple(times[: len(pieces)]),
+        segment_start_s=start,
+    )  # fmt: skip
+
+
+def run_bare(engine: Any, samples: np.ndarray, block: int) -> tuple[list[float], int]:
+    stream = engine.create_stream()
+    loop: list[float] = []
+    for begin in range(0, len(samples), block):
+        stream.accept_waveform(RATE, samples[begin : begin + block])
+        while engine.is_ready(stream):
+            t0 = time.perf_counter()
+            engine.decode_stream(stream)
+            t1 = time.perf_counter()
+            engine.get_result(stream)
+            loop.append(time.perf_counter() - t1)
+            del t0
+    return loop, 0
+
+
+def run_session(recognizer: Any, samples: np.ndarray, block: int, variant: str) -> tuple[
+    list[float], int
+]:
+    from streamasr.backends.base import EndpointOptions
+    from streamasr.render import JsonlRenderer
+    from streamasr.stream import StreamOptions, StreamSession
+
+    options = StreamOptions(endpoint=EndpointOptions(enabled=False))
+    session = StreamSession(recognizer, RATE, "long.wav", options)
+    if variant == "whole":
+        stream = session.stream
+        session.stream.hypothesis = lambda: whole_hypothesis(stream)  # type: ignore[method-assign]
+    sink = CountingSink()
+    renderer = JsonlRenderer(sink, "delta" if variant == "delta" else "full")  # type: ignore[arg-type]
+    renderer.begin("long.wav")
+    loop: list[float] = []
+    for begin in range(0, len(samples), block):
+        session.accept(samples[begin : begin + block])
+        while True:
+            ready = session.stream.decode_step()
+            if not ready:
+                break
+            t1 = time.perf_counter()
+            for event in session.after_step():
+                renderer.event(event)
+            loop.append(time.perf_counter() - t1)
+    for event in session.finish():
+        renderer.event(event)
+    return loop, sink.bytes
+
+
+def summarise(loops: list[list[float]], bins: int = 10) -> dict[str, Any]:
+    """Median over repetitions of the per-step cost: at the start, at the end, the slope, and
+    the curve (median µs in `bins` equal runs of steps, first to last). Medians, because a
+    step that another process preempts costs milliseconds more."""
+    steps = min(len(loop) for loop in loops)
+    per_step = np.median(np.array([loop[:steps] for loop in loops]), axis=0)
+    tenth = max(1, steps // 10)
+    first = float(np.median(per_step[:tenth]) * 1e6)
+    last = float(np.median(per_step[-tenth:]) * 1e6)
+    # between the middles of the first and the last tenth; robust to preempted steps
+    slope = (last - first) / max(1, steps - tenth) * 100
+    return {
+        "steps": steps,
+        "loop_us_first_tenth": round(first, 2),
+        "loop_us_last_tenth": round(last, 2),
+        "slope_us_per_100_steps": round(slope, 2),
+        "curve_us": [round(float(np.median(part) * 1e6), 1)
+                     for part in np.array_split(per_step, bins) if len(part)],
+    }
+
+
+def measure(model: str, minutes: float, reps: int, block_ms: float = 320.0) -> dict[str, Any]:
+    """All variants, interleaved; the result record (see the module docstring)."""
+    from streamasr.backends.base import EngineOptions
+    from streamasr.backends.registry import load_recognizer
+
+    recognizer = load_recognizer(model, EngineOptions(threads=1))
+    engine = recognizer.engine  # type: ignore[attr-defined]
+    samples = long_audio(minutes)
+    block = round(block_ms / 1000 * RATE)
+    load_before = os.getloadavg()
+    wall: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    loops: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}
+    jsonl_bytes: dict[str, int] = {}
+    for rep in range(reps):
+        order = VARIANTS if rep % 2 == 0 else tuple(reversed(VARIANTS))
+        for variant in order:
+            w0, c0 = time.perf_counter(), time.process_time()
+            if variant == "bare":
+                loop, size = run_bare(engine, samples, block)
+            else:
+                loop, size = run_session(recognizer, samples, block, variant)
+            wall[variant].append(time.perf_counter() - w0)
+            cpu[variant].append(time.process_time() - c0)
+            loops[variant].append(loop)
+            jsonl_bytes[variant] = size
+            print(f"rep {rep} {variant}: {wall[variant][-1]:.2f} s wall", file=sys.stderr)
+    result: dict[str, Any] = {
+        "model": model,
+        "audio_s": len(samples) / RATE,
+        "block_ms": block_ms,
+        "reps": reps,
+        "load_avg_1min_before_after": [load_before[0], os.getloadavg()[0]],
+        "cpus": len(os.sched_getaffinity(0)),
+        "variants": {},
+    }
+    bare_wall, bare_cpu = statistics.median(wall["bare"]), statistics.median(cpu["bare"])
+    for variant in VARIANTS:
+        w, c = statistics.median(wall[variant]), statistics.median(cpu[variant])
+        result["variants"][variant] = {
+            "wall_s": round(w, 3),
+            "cpu_s": round(c, 3),
+            "wall_ratio_to_bare": round(w / bare_wall, 3),
+            "cpu_ratio_to_bare": round(c / bare_cpu, 3),
+            "jsonl_bytes": jsonl_bytes[variant],
+            **summarise(loops[variant]),
+        }
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default="tiny-en")
+    parser.add_argument("--minutes", type=float, default=5.5)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--block-ms", type=float, default=320.0)
+    parser.add_argument("--out", type=Path, help="write the results as JSON here too")
+    args = parser.parse_args()
+
+    result = measure(args.model, args.minutes, args.reps, args.block_ms)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
