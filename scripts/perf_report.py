@@ -13,7 +13,10 @@ en-2023-06-26 architecture; random weights cost exactly what trained ones cost) 
   engine per core, every step of the batch done in less than a chunk at p99);
 - int8 batching: does a stream's output depend on its batch companions (bare sherpa-onnx,
   fp32 vs int8), and what batching does to WER on the trained tiny-en (int8) model;
-- memory flat in audio length: a long and a 1-minute file through `streamasr file`'s path.
+- memory flat in audio length: a long and a 1-minute file through `streamasr file`'s path;
+- cost per step along one long utterance on the bundled tiny-en (scripts/step_cost.py): the
+  loop-only microseconds per step from first to last (flat = constant work per step), and
+  wall and CPU time against a bare sherpa-onnx loop.
 
 Writes results.json and results.md (with the run record) under --out and prints the table.
 
@@ -448,6 +451,36 @@ def measure_flat(long_minutes: float, tmp: Path) -> dict[str, Any]:
     }
 
 
+# --- cost per step along one long utterance -----------------------------------------------
+
+
+def measure_steps(minutes: float, reps: int) -> dict[str, Any]:
+    """scripts/step_cost.py on the bundled tiny-en: one long utterance, no endpointing."""
+    import step_cost  # noqa: E402  (scripts/ is on sys.path beside this file)
+
+    return step_cost.measure("tiny-en", minutes, reps)
+
+
+def steps_markdown(s: dict[str, Any]) -> list[str]:
+    load = s["load_avg_1min_before_after"]
+    lines = [f"## Cost per step along one utterance ({s['model']}, {s['audio_s'] / 60:.1f} min, "
+             f"no endpointing, interleaved in one process)", "",
+             f"Load average {load[0]:.1f} before, {load[1]:.1f} after, on {s['cpus']} cores. "
+             "Loop-only: a step's wall time minus the engine's decode_stream. The curve is the "
+             "median in ten equal runs of steps, first to last; flat means constant work per "
+             "step.", "",
+             "| variant | wall / bare | CPU / bare | loop µs, first tenth | last tenth | "
+             "µs per 100 steps | JSONL MB | curve µs |", "|---|---|---|---|---|---|---|---|"]
+    for name, v in s["variants"].items():
+        curve = " ".join(f"{x:.0f}" for x in v["curve_us"])
+        lines.append(
+            f"| {name} | {v['wall_ratio_to_bare']:.3f} | {v['cpu_ratio_to_bare']:.3f} | "
+            f"{v['loop_us_first_tenth']:.0f} | {v['loop_us_last_tenth']:.0f} | "
+            f"{v['slope_us_per_100_steps']:.1f} | {v['jsonl_bytes'] / 1e6:.2f} | {curve} |"
+        )
+    return lines + [""]
+
+
 # --- report ------------------------------------------------------------------------------
 
 
@@ -522,6 +555,8 @@ def markdown(doc: dict[str, Any]) -> str:
               f"Peak RSS {m['peak_rss_mb_short']:.0f} MB for 1 minute, "
               f"{m['peak_rss_mb_long']:.0f} MB for {m['long_minutes']:.0f} minutes: ratio "
               f"{m['ratio']:.3f} (goal <= {GOAL_FLAT}).", ""]
+    if "steps" in doc:
+        lines += steps_markdown(doc["steps"])
     return "\n".join(lines)
 
 
@@ -540,9 +575,12 @@ def main() -> None:
                         help="engines run at once for capacity (default: one per core)")
     parser.add_argument("--long-minutes", type=float, default=120.0,
                         help="length of the long file for the memory check (default 120)")
+    parser.add_argument("--step-minutes", type=float, default=5.5,
+                        help="length of the one long utterance for the per-step cost "
+                        "(default 5.5)")
     parser.add_argument("--only", help="comma-separated sections to run again (speed, startup, "
-                        "capacity, threads_batch, batch_leak, batch_wer, flat); the rest is "
-                        "kept from the last results.json in --out")
+                        "capacity, threads_batch, batch_leak, batch_wer, flat, steps); the rest "
+                        "is kept from the last results.json in --out")
     parser.add_argument("--child-startup", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--child-capacity", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--child-long", help=argparse.SUPPRESS)
@@ -583,6 +621,7 @@ def main() -> None:
             "batch_leak": lambda: measure_batch_leak(8, tmp),
             "batch_wer": lambda: measure_batch_wer(24, tmp),
             "flat": lambda: measure_flat(args.long_minutes, tmp),
+            "steps": lambda: measure_steps(args.step_minutes, args.reps),
         }
         for name, step in steps.items():
             if args.only and name not in args.only.split(","):
