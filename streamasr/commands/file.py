@@ -31,6 +31,7 @@ from streamasr.commands.common import (
     setup_logging,
 )
 from streamasr.commands.options import ModelOptions, build, with_model_options
+from streamasr.commands.remote import ServerOpt, file_over_server
 from streamasr.errors import InputError, UsageError
 from streamasr.render import LiveRenderer, ProgressDisplay, Renderer, TextRenderer
 from streamasr.stream import StreamOptions, StreamSession
@@ -110,10 +111,16 @@ def register(app: typer.Typer) -> None:
         channels: ChannelsOpt = None,
         fmt: FormatOpt = None,
         partials: PartialsOpt = "full",
+        server: ServerOpt = None,
         verbose: VerboseOpt = False,
     ) -> None:
         """Stream audio files in fixed blocks: live partials, finals, first-token timing."""
         setup_logging(verbose)
+        if server is not None:  # the same output, decoded by `streamasr serve` at that URL
+            file_over_server(
+                server, paths, model_options, realtime, (raw, rate, channels), fmt, partials
+            )
+            return
         with cli_errors():
             raw_format = raw_input_format(raw, rate, channels)
             fmt_name = choose_format(fmt)

@@ -1,0 +1,124 @@
+"""`streamasr file --server URL`: the same output, decoded by a `streamasr serve` elsewhere.
+
+The audio is read here (any file, stdin, --raw PCM) and sent as f32le; the server decodes
+it with its model and settings; the events come back and go through the same renderers,
+so what is printed is what `streamasr file` prints locally with the server's model (the
+clocks aside). The endpoint rules, when given, travel as the session's own settings; the
+other model options are the server's and are refused here. The token, if the server wants
+one, comes from $STREAMASR_TOKEN.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from streamasr.commands.common import (
+    EXIT_INTERRUPTED,
+    check_partials,
+    choose_format,
+    cli_errors,
+    err_console,
+    make_renderer,
+    report_error,
+)
+from streamasr.commands.options import ModelOptions
+from streamasr.errors import InputError, UsageError
+from streamasr.render import TextRenderer
+
+ServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        help="Decode on a `streamasr serve` at this URL (ws://HOST:PORT/ws) instead of "
+        "loading a model here; the token, if any, from $STREAMASR_TOKEN.",
+    ),
+]
+
+#: The options that travel to the server as the session's own settings.
+SESSION_FIELDS = ("endpoint", "rule1_s", "rule2_s", "rule3_s")
+#: Seconds of audio per message sent (the server cuts its own feed blocks).
+SEND_BLOCK_S = 0.1
+
+
+def check_remote_options(options: ModelOptions) -> None:
+    """Model options other than the endpoint rules belong to the server: refuse them."""
+    from streamasr.commands.options import _SPECS
+
+    defaults = ModelOptions()
+    for spec in _SPECS:
+        if spec.field in SESSION_FIELDS:
+            continue
+        if getattr(options, spec.field) != getattr(defaults, spec.field):
+            flag = spec.decls[0].split("/")[0]
+            raise UsageError(
+                f"{flag} is the server's setting; with --server drop it (the server was "
+                "started with its model options)"
+            )
+
+
+def session_settings(options: ModelOptions) -> dict[str, object]:
+    """The endpoint rules given on the command line, as config keys (none: the server's)."""
+    defaults = ModelOptions()
+    given = {
+        name: getattr(options, name)
+        for name in SESSION_FIELDS
+        if getattr(options, name) != getattr(defaults, name)
+    }
+    return dict(given)
+
+
+def file_over_server(
+    url: str,
+    paths: list[str],
+    model_options: ModelOptions,
+    realtime: bool,
+    raw_format_args: tuple[str | None, int | None, int | None],
+    fmt: str | None,
+    partials: str,
+) -> None:
+    """The `file` command with --server: every input through the remote model."""
+    from streamasr.audio import open_source, paced
+    from streamasr.commands.file import raw_input_format
+    from streamasr.server.client import RemoteModel, ServerError, connect
+
+    with cli_errors():
+        check_remote_options(model_options)
+        raw_format = raw_input_format(*raw_format_args)
+        fmt_name = choose_format(fmt)
+        check_partials(partials, fmt_name)
+        renderer = make_renderer(fmt_name, realtime, partials)
+        model: RemoteModel = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None)
+        model.settings = session_settings(model_options)
+    if isinstance(renderer, TextRenderer) and len(paths) > 1:
+        renderer.headers = True
+    failed = 0
+    with model:
+        for path in paths:
+            try:
+                source = open_source(path, raw_format)
+                try:
+                    blocks = source.blocks(SEND_BLOCK_S)
+                    if realtime:
+                        blocks = paced(blocks, source.sample_rate)
+                    renderer.begin(path)
+                    for event in model.stream(blocks, source.sample_rate, path, realtime):
+                        renderer.event(event)
+                finally:
+                    source.close()
+                if model.last_summary is not None:
+                    renderer.end(model.last_summary)
+            except InputError as exc:
+                failed += 1
+                report_error(exc)
+            except ServerError as exc:
+                report_error(exc)
+                raise typer.Exit(exc.exit_code) from None
+            except KeyboardInterrupt:
+                err_console.print("[yellow]interrupted[/yellow]")
+                raise typer.Exit(EXIT_INTERRUPTED) from None
+    if failed:
+        err_console.print(f"{failed} of {len(paths)} inputs failed", highlight=False)
+        raise typer.Exit(1)

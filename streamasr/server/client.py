@@ -1,0 +1,195 @@
+"""A client of `streamasr serve` with the face of a local model.
+
+    import streamasr
+    with streamasr.connect("ws://127.0.0.1:6006/ws") as model:
+        for event in model.stream(blocks, sample_rate=16000, name="talk.wav"):
+            print(event.kind, event.audio_s, getattr(event, "text", ""))
+        summary = model.transcribe(audio, 16000)
+
+`stream` yields the Event objects `open_model(...).stream` yields for the same audio fed in
+blocks of one chunk, its default (the clocks aside): the server cuts the audio into its own
+feed blocks, whatever the blocks given here, sends the events as JSON, and they are rebuilt
+here. The samples go
+as f32le, so the server decodes exactly the floats given. One connection carries every
+utterance of a RemoteModel, one after another.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from streamasr.errors import InputError, StreamAsrError
+from streamasr.events import Endpoint, Event, Final, FirstToken, Partial, StreamSummary
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls for cls in (Partial, FirstToken, Endpoint, Final)
+}
+
+
+class ServerError(StreamAsrError):
+    """The server could not be reached, refused the connection or closed it; says why."""
+
+
+def event_from_record(record: dict[str, Any]) -> Event:
+    """An event object from one JSON record the server (or `file --format jsonl`) wrote."""
+    cls = EVENT_TYPES.get(record.get("type", ""))
+    if cls is None:
+        raise ServerError(f"the server sent an unknown event type {record.get('type')!r}")
+    names = {f.name for f in fields(cls)}
+    values = {key: value for key, value in record.items() if key in names}
+    for key, value in values.items():
+        if isinstance(value, list):
+            values[key] = tuple(value)
+    return cls(**values)
+
+
+def summary_from_record(record: dict[str, Any], finals: Iterable[Final]) -> StreamSummary:
+    """The summary object from the server's summary record and the finals seen before it."""
+    return StreamSummary(
+        source=record["source"],
+        audio_s=record["audio_s"],
+        compute_s=record["compute_s"],
+        wall_s=record["wall_s"],
+        text=record["text"],
+        finals=tuple(finals),
+        first_token_latency_s=record.get("first_token_latency_s"),
+        first_token_wall_latency_s=record.get("first_token_wall_latency_s"),
+        revisions=record.get("revisions", 0),
+    )
+
+
+@dataclass
+class RemoteModel:
+    """A model served by `streamasr serve`; `connect()` makes one."""
+
+    url: str
+    token: str | None = None
+    open_timeout_s: float = 30.0
+    # per-session settings sent with every config (endpoint, rule1_s, rule2_s, rule3_s)
+    settings: dict[str, Any] = field(default_factory=dict)
+    last_summary: StreamSummary | None = None
+    _ws: Any = field(default=None, repr=False)
+
+    def _connection(self) -> Any:
+        if self._ws is not None:
+            return self._ws
+        from websockets.exceptions import InvalidHandshake, InvalidURI
+        from websockets.sync.client import connect as ws_connect
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        try:
+            connection = ws_connect(
+                self.url,
+                additional_headers=headers,
+                open_timeout=self.open_timeout_s,
+                compression=None,
+                max_size=None,
+            )
+            # entered as a context manager (closed in close()): what websockets >= 16 asks
+            self._ws = connection.__enter__()
+        except InvalidURI:
+            raise ServerError(
+                f"{self.url!r} is not a WebSocket URL; give ws://HOST:PORT/ws (or wss://)"
+            ) from None
+        except (OSError, TimeoutError, InvalidHandshake) as exc:
+            raise ServerError(f"cannot connect to {self.url}: {exc}") from None
+        return self._ws
+
+    def stream(
+        self,
+        blocks: Iterable[np.ndarray],
+        sample_rate: int,
+        name: str = "",
+        realtime: bool = False,
+    ) -> Iterator[Event]:
+        """Send mono float32 blocks; yield events as the server sends them, then the last
+        final. The summary is kept in `last_summary`."""
+        from websockets.exceptions import ConnectionClosed
+
+        ws = self._connection()
+        config = {"sample_rate": sample_rate, "format": "f32le", "channels": 1,
+                  "source": name or "ws", "realtime": realtime, **self.settings}
+        finals: list[Final] = []
+        try:
+            ws.send(json.dumps(config))
+            for block in blocks:
+                ws.send(np.ascontiguousarray(block, "<f4").tobytes())
+                while (message := _poll(ws)) is not None:
+                    yield from self._take(message, finals)
+            ws.send(json.dumps({"type": "end"}))
+            while True:
+                record = json.loads(ws.recv())
+                if record.get("type") == "summary":
+                    self.last_summary = summary_from_record(record, finals)
+                    return
+                yield from self._take_record(record, finals)
+        except ConnectionClosed as exc:
+            self._ws = None
+            reason = exc.rcvd.reason if exc.rcvd is not None else "no reason given"
+            code = exc.rcvd.code if exc.rcvd is not None else None
+            error = InputError if code in (1003, 1007, 1009) else ServerError
+            raise error(f"the server closed the connection ({code}): {reason}") from None
+
+    def _take(self, message: str | bytes, finals: list[Final]) -> Iterator[Event]:
+        record = json.loads(message)
+        if record.get("type") == "summary":
+            raise ServerError("the server sent a summary before the end of input")
+        yield from self._take_record(record, finals)
+
+    @staticmethod
+    def _take_record(record: dict[str, Any], finals: list[Final]) -> Iterator[Event]:
+        event = event_from_record(record)
+        if isinstance(event, Final):
+            finals.append(event)
+        yield event
+
+    def transcribe(self, audio: np.ndarray, sample_rate: int, name: str = "") -> StreamSummary:
+        """Send a whole array and return the summary (text, finals, timing)."""
+        step = max(1, sample_rate // 10)
+        blocks = (audio[start : start + step] for start in range(0, len(audio), step))
+        self.last_summary = None
+        for _ in self.stream(blocks, sample_rate, name):
+            pass
+        if self.last_summary is None:
+            raise ServerError("the server ended the utterance without a summary")
+        return self.last_summary
+
+    def close(self) -> None:
+        """Close the connection (a later stream() opens a new one)."""
+        if self._ws is not None:
+            self._ws.close()
+            self._ws = None
+
+    def __enter__(self) -> RemoteModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _poll(ws: Any) -> str | bytes | None:
+    """A message the server already sent, without waiting; None when there is none."""
+    try:
+        message: str | bytes = ws.recv(timeout=0)
+    except TimeoutError:
+        return None
+    return message
+
+
+def connect(url: str, token: str | None = None, open_timeout_s: float = 30.0) -> RemoteModel:
+    """A model served by `streamasr serve` at `url` (ws://HOST:PORT/ws); the connection opens
+    with the first stream. Needs `pip install 'streamasr[serve]'`."""
+    try:
+        import websockets  # noqa: F401
+    except ImportError:
+        from streamasr.errors import DependencyError
+
+        raise DependencyError(
+            "streamasr.connect needs websockets: pip install 'streamasr[serve]'"
+        ) from None
+    return RemoteModel(url, token, open_timeout_s)
