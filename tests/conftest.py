@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
+
+# Tests never read the developer's own settings (streamasr/config.py): no config file and no
+# STREAMASR_MODEL/DEVICE/FORMAT, in this process and in every process a test starts.
+os.environ["STREAMASR_CONFIG"] = str(Path(tempfile.mkdtemp(prefix="streamasr-cfg-")) / "none.toml")
+for _name in ("STREAMASR_MODEL", "STREAMASR_DEVICE", "STREAMASR_FORMAT"):
+    os.environ.pop(_name, None)
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"

@@ -130,7 +130,18 @@ def check_threads(threads: int, option: str = "--threads") -> None:
 
 
 def choose_format(fmt: str | None) -> str:
-    """The output format: as asked, else live on a terminal and text when piped."""
+    """The output format: as asked, else the configured one (config file or
+    $STREAMASR_FORMAT), else live on a terminal and text when piped."""
+    if fmt is None:
+        from streamasr import config
+
+        settings = config.load()
+        if settings.format is not None and settings.format not in FORMATS:
+            raise UsageError(
+                f"format {settings.format!r} from the config ({settings.path}) or "
+                f"$STREAMASR_FORMAT is not known; use one of: {', '.join(FORMATS)}"
+            )
+        fmt = settings.format
     if fmt is None:
         return "live" if sys.stdout.isatty() else "text"
     if fmt not in FORMATS:

@@ -92,10 +92,21 @@ def list_models(
         for name in list_bundled():
             rows.append(_local_row(name, bundled_models_dir() / name, "bundled",
                                    "ships with streamasr (a demo/test model)"))
+        _mark_default(rows)
         if fmt == "json":
             typer.echo(json.dumps({"cache": str(cache), "models": rows}, indent=2))
             return
         _print_table(rows, cache)
+
+
+def _mark_default(rows: list[dict[str, object]]) -> None:
+    """`default: true` on the model commands use without --model (config, else tiny-en)."""
+    from streamasr import config
+
+    wanted = config.load().model or (list_bundled() or ["tiny-en"])[0]
+    entry = find(wanted)
+    for row in rows:
+        row["default"] = row["name"] == wanted or (entry is not None and row["name"] == entry.name)
 
 
 def _local_row(name: str, directory: Path, installed: str, description: str) -> dict[str, object]:
@@ -141,7 +152,7 @@ def _print_table(rows: Sequence[Mapping[str, object]], cache: Path) -> None:
     for row in rows:
         entry = find(str(row["name"]))
         size = entry.size_label if entry else "-"
-        installed = str(row["installed"])
+        installed = str(row["installed"]) + (", default" if row.get("default") else "")
         style = "green" if installed.startswith(("yes", "bundled")) else "dim"
         aliases = ", ".join(row["aliases"]) or "-"  # type: ignore[arg-type]
         cells = {
@@ -244,6 +255,11 @@ def pull(
             "and is resumed.",
         ),
     ] = store.DEFAULT_TIMEOUT_S,
+    make_default: Annotated[
+        bool,
+        typer.Option("--default", help="Then make it the model every command uses when "
+                     "--model is not given (see `streamasr models default`)."),
+    ] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Download a model into the cache: resumable, checksummed, unpacked safely.
@@ -282,7 +298,47 @@ def pull(
             )
         else:
             _report_pull(result, name)
+        if make_default:
+            _set_default(name)
         typer.echo(str(result.directory))
+
+
+def _set_default(name: str) -> None:
+    from streamasr import config
+
+    path = config.set_value("model", name)
+    err_console.print(f"default model: {name} (in {path})", highlight=False, markup=False)
+
+
+@models_app.command("default")
+def default(
+    name: Annotated[
+        str | None,
+        typer.Argument(help="A bundled or pulled model's name, a model folder or a .nemo file; "
+                       "none: print the current default."),
+    ] = None,
+) -> None:
+    """The model every command uses when --model is not given (kept in the config file)."""
+    from streamasr import config
+
+    with cli_errors():
+        if name is None:
+            settings = config.load()
+            typer.echo(settings.model or (list_bundled() or ["tiny-en"])[0])
+            return
+        local = Path(name).expanduser()
+        if local.exists():
+            name = str(local.resolve())
+        elif name not in list_bundled() and store.find_cached(name) is None:
+            entry = find(name)
+            if entry is not None:
+                raise UsageError(
+                    f"{name} is not downloaded yet; run `streamasr models pull {name} --default`"
+                )
+            from streamasr.catalog import did_you_mean
+
+            raise UsageError(f"unknown model {name!r}; {did_you_mean(name, list_bundled())}")
+        _set_default(name)
 
 
 def _report_pull(result: store.PullResult, name: str) -> None:

@@ -44,6 +44,7 @@ from streamasr.commands.common import (
     check_number,
     check_stream_numbers,
     check_threads,
+    err_console,
     onset_options,
 )
 from streamasr.errors import UsageError
@@ -228,7 +229,7 @@ def with_model_options(
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:
             values = {field: kwargs.pop(name) for name, field in names.items()}
-            kwargs[_PARAM] = ModelOptions(**values)
+            kwargs[_PARAM] = with_user_defaults(ModelOptions(**values))
             return command(**kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
@@ -345,6 +346,27 @@ def check_engine_fit(options: ModelOptions, backend_name: str) -> None:
                 "the NeMo backend decodes with greedy search only; drop --hotwords and "
                 "--decoding-method (they are for sherpa-onnx transducers)"
             )
+
+
+def with_user_defaults(options: ModelOptions) -> ModelOptions:
+    """The config file's and environment's model and device where the command line gave none;
+    on a terminal, one line when the bundled demo model is about to be used instead."""
+    from dataclasses import replace
+
+    from streamasr import config
+
+    settings = config.load()
+    model = options.model or settings.model
+    device = options.device or (None if options.gpu else settings.device)
+    if model is None and options.backend is None and not options.gpu and settings.hints:
+        if err_console.is_terminal:
+            err_console.print(
+                "using the bundled demo model tiny-en, which is not for real speech; for a real "
+                "one: streamasr models pull en --default  (hints = false in "
+                f"{settings.path} hides this)",
+                style="dim", highlight=False, markup=False,
+            )
+    return replace(options, model=model, device=device)
 
 
 def verify_model(options: ModelOptions) -> None:
