@@ -288,15 +288,33 @@ def test_a_pickle_payload_does_not_run_even_when_the_environment_asks(tmp_path):
 # ----- models pull ---------------------------------------------------------------------
 
 
-def test_pull_archive_refuses_a_crafted_nemo_and_installs_nothing(tmp_path):
-    marker = tmp_path / "written"
-    evil = craft(tmp_path / "evil.nemo", lambda c: c.update(preprocessor=function_target(marker)))
+@pytest.mark.parametrize("attack", ["traversal", "function"])
+def test_pull_archive_refuses_a_crafted_nemo_and_installs_nothing(tmp_path, attack):
+    marker = tmp_path / "escaped"
+    if attack == "traversal":
+        extra = ((_member("../" * (len(marker.parts) + 4) + str(marker).lstrip("/")), b"out"),)
+        evil, words = craft(tmp_path / "evil.nemo", extra=extra), "climbs out"
+    else:  # a pull does not hold classes to the list, but the file it writes is outside
+        evil = craft(tmp_path / "evil.nemo",
+                     lambda c: c.update(preprocessor=function_target(marker)))
+        words = "preprocessor.output_path names the file"
     home = tmp_path / "cache"
     result = cli("models", "pull", "evilmodel", "--archive", str(evil),
                  env={"STREAMASR_HOME": str(home)})
-    assert_refused(result, "refusing to load evil.nemo", WRITE_MANIFEST)
+    assert_refused(result, "evil.nemo", words)
     assert not (home / "evilmodel").exists()
     assert not marker.exists()
+
+
+def test_a_pulled_nemo_naming_an_unlisted_class_is_refused_when_used(tmp_path):
+    """A pull runs nothing; the classes a pulled .nemo names are held to the list on load."""
+    crafted = craft(tmp_path / "patched.nemo",
+                    lambda c: c.update(spec_augment={"_target_": HARMLESS_UNLISTED}))
+    env = {"STREAMASR_HOME": str(tmp_path / "cache")}
+    pulled = cli("models", "pull", "patched", "--archive", str(crafted), env=env)
+    assert pulled.returncode == 0, pulled.stderr
+    assert_refused(cli("file", str(CLIP), "--model", "patched", env=env),
+                   "refusing to load patched.nemo", HARMLESS_UNLISTED, "--trust-model-config")
 
 
 # ----- what still loads -----------------------------------------------------------------
