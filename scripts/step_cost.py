@@ -201,6 +201,47 @@ def measure(model: str, minutes: float, reps: int, block_ms: float = 320.0) -> d
     return result
 
 
+def engine_reads(model: str, minutes: float, calls: int = 200) -> dict[str, Any]:
+    """µs per call of each way to read the hypothesis, at the end of one long utterance.
+
+    sherpa-onnx's Python API returns the whole result (there is no call for the pieces added
+    since a step), so each read is proportional to the utterance; this says by how much.
+    """
+    import timeit
+
+    from streamasr.backends.base import EngineOptions
+    from streamasr.backends.registry import load_recognizer
+
+    recognizer = load_recognizer(model, EngineOptions(threads=1))
+    engine = recognizer.engine  # type: ignore[attr-defined]
+    stream: Any = recognizer.create_stream()
+    samples = long_audio(minutes)
+    stream.accept(RATE, samples)
+    while stream.decode_step():
+        stream.hypothesis()  # the incremental state follows the utterance, step by step
+    result = engine.get_result_all(stream.stream)
+    reads = {
+        "get_result (text)": lambda: engine.get_result(stream.stream),
+        "get_result_all": lambda: engine.get_result_all(stream.stream),
+        "get_result_all + .text": lambda: engine.get_result_all(stream.stream).text,
+        "get_result_all + .tokens": lambda: engine.get_result_all(stream.stream).tokens,
+        "get_result_all + .timestamps": lambda: engine.get_result_all(stream.stream).timestamps,
+        "hypothesis(), incremental": stream.hypothesis,
+        "hypothesis(), whole (before)": lambda: whole_hypothesis(stream),
+    }
+    return {
+        "model": model,
+        "tokens": len(result.tokens),
+        "text_chars": len(result.text),
+        "load_avg_1min": os.getloadavg()[0],
+        "us_per_call": {
+            name: round(min(timeit.repeat(read, number=calls // 10, repeat=10)) / (calls // 10)
+                        * 1e6, 1)
+            for name, read in reads.items()
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -210,7 +251,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--block-ms", type=float, default=320.0)
     parser.add_argument("--out", type=Path, help="write the results as JSON here too")
+    parser.add_argument("--engine-reads", action="store_true",
+                        help="instead: µs per call of each way to read the hypothesis at the "
+                        "end of the utterance")
     args = parser.parse_args()
+    if args.engine_reads:
+        print(json.dumps(engine_reads(args.model, args.minutes), indent=2))
+        return
 
     result = measure(args.model, args.minutes, args.reps, args.block_ms)
     text = json.dumps(result, indent=2)
