@@ -294,6 +294,33 @@ def test_a_hung_engine_step_still_stops_on_a_signal_with_one_line(
     assert "4.32 s audio" in run.stderr  # the summary of what was decoded
 
 
+@pytest.mark.parametrize("fmt", [["--raw", "s16le", "--rate", "16000"], []])
+def test_a_pipe_that_sends_nothing_still_stops_on_sigterm(fmt: list[str]) -> None:
+    """stdin open but silent (raw PCM, or a WAV whose header never comes): SIGTERM ends it."""
+    read_end, write_end = os.pipe()
+    try:
+        full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(REPO)]))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streamasr.cli", "file", "-", *fmt, "--backend",
+             "energy_backend:BACKEND", "--model", "energy-bursts", "-f", "text"],
+            cwd=REPO, env=full_env, stdin=read_end, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True,
+            preexec_fn=_default_sigint,
+        )
+        time.sleep(4.0)  # started and waiting on the pipe
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    print(f"SIGTERM to file - on a silent pipe {fmt}: exit after {took:.2f} s")
+    assert process.returncode == 143, err
+    assert took < 3.0, err
+    assert "Traceback" not in err
+
+
 def test_bench_workers_hung_in_their_engine_are_ended_by_a_signal_to_the_parent(
     burst_set: Path, tmp_path: Path
 ) -> None:
