@@ -6,7 +6,12 @@ memory, and a pipe's audio is decoded while it is still being written.
 
 Headers are checked before any sample is decoded: a rate or channel count no audio can have
 means the header is corrupt, and feeding it on would make the engine's resampler allocate
-without bound.
+without bound. Within the limits, memory stays bounded too: a block is read and mixed to mono
+in slices of at most SLICE_BYTES of interleaved samples, so 1024 channels of 64-bit float at
+768 kHz cost a few MB, not gigabytes per block.
+
+WAV streams written one after another on a pipe (`cat a.wav b.wav | streamasr file -`) are
+each an input of their own (`PcmStreamSource.next_wav`), transcribed as if given one by one.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ MIN_RATE_HZ = 1_000
 MAX_RATE_HZ = 768_000
 MAX_CHANNELS = 1024  # libsndfile's own limit; far beyond any real recording
 RAW_ENCODINGS = ("s16le", "s32le", "f32le")
+# interleaved sample bytes decoded at a time: bounds the memory one block costs, whatever
+# the channel count, sample width and rate (1024 channels x 8 bytes still fit 128 frames)
+SLICE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,12 @@ def to_mono(block: np.ndarray) -> np.ndarray:
     if block.ndim == 2:
         block = block.mean(axis=1) if block.shape[1] > 1 else block[:, 0]
     return np.ascontiguousarray(block, dtype=np.float32)
+
+
+def next_input(source: AudioSource) -> AudioSource | None:
+    """The input that follows `source` on the same pipe (another WAV stream), or None."""
+    following = getattr(source, "next_wav", None)
+    return following() if following is not None else None
 
 
 def open_source(path: str, raw: RawFormat | None = None) -> AudioSource:
@@ -198,15 +212,25 @@ class FileSource:
         import soundfile as sf
 
         size = max(1, round(block_s * self.sample_rate))
+        slice_frames = max(1, SLICE_BYTES // (4 * self.info.channels))
         position = 0
         try:
             while True:
-                block = self._file.read(size, dtype="float32", always_2d=True)
-                if len(block) == 0:
+                block = np.empty(size, np.float32)
+                have = 0
+                while have < size:
+                    part = self._file.read(
+                        min(slice_frames, size - have), dtype="float32", always_2d=True
+                    )
+                    if len(part) == 0:
+                        break
+                    mono = _finite(self.name, to_mono(part), position + have, self.sample_rate)
+                    block[have : have + len(mono)] = mono
+                    have += len(mono)
+                if have == 0:
                     break
-                mono = _finite(self.name, to_mono(block), position, self.sample_rate)
-                position += len(mono)
-                yield mono
+                position += have
+                yield block[:have]
         except sf.LibsndfileError as exc:
             raise InputError(
                 f"{self.name}: could not read past {position / self.sample_rate:.2f} s "
@@ -282,6 +306,11 @@ def read_wav_header(name: str, stream: BinaryIO) -> PcmLayout:
             f"{name}: not a WAV stream (on a pipe streamasr reads WAV or, with --raw, "
             "headerless PCM); convert with `ffmpeg -i IN -f wav -` or `sox IN -t wav -`"
         )
+    return _read_wav_chunks(name, stream)
+
+
+def _read_wav_chunks(name: str, stream: BinaryIO) -> PcmLayout:
+    """The chunks of a WAV header after `RIFF<size>WAVE`, up to the first sample."""
     fmt: bytes | None = None
     while True:
         chunk = stream.read(8)
@@ -346,6 +375,10 @@ class PcmStreamSource:
         self._stream = stream
         self._layout = layout
         self._owns = owns
+        self._base = name  # the input's name; later WAV streams on it are numbered
+        self._count = 1
+        self._done = False  # every block was read
+        self._ended = False  # the input itself ended
         self.sample_rate = layout.sample_rate
         self.info = AudioInfo(
             sample_rate=layout.sample_rate,
@@ -357,22 +390,29 @@ class PcmStreamSource:
         )
 
     def blocks(self, block_s: float) -> Iterator[np.ndarray]:
-        """Yield mono float32 blocks of `block_s` seconds as soon as each has arrived."""
+        """Yield mono float32 blocks of `block_s` seconds as soon as each has arrived.
+
+        Each block is read and decoded in slices of at most SLICE_BYTES.
+        """
         layout = self._layout
-        size = max(1, round(block_s * self.sample_rate)) * layout.frame_bytes
+        out = _BlockFiller(max(1, round(block_s * self.sample_rate)))
+        slice_bytes = max(1, SLICE_BYTES // layout.frame_bytes) * layout.frame_bytes
         left = layout.data_bytes
         position = 0
         carry = b""
         while left != 0:
-            want = size if left < 0 else min(size, left)
+            want = min(slice_bytes, out.room() * layout.frame_bytes) - len(carry)
+            if left > 0:
+                want = min(want, left)
             try:
-                data = _read_exactly(self._stream, want - len(carry))
+                data = _read_exactly(self._stream, want)
             except OSError as exc:
                 raise InputError(
                     f"{self.name}: read failed after {position / self.sample_rate:.2f} s "
                     f"({exc.strerror or exc})"
                 ) from exc
             if not data:
+                self._ended = True
                 break
             if left > 0:
                 left -= len(data)
@@ -381,9 +421,13 @@ class PcmStreamSource:
             data, carry = data[:whole], data[whole:]
             if not data:
                 continue
-            mono = _finite(self.name, self._decode(data), position, self.sample_rate)
+            mono = _finite(self.name, _decode(data, layout), position, self.sample_rate)
             position += len(mono)
-            yield mono
+            yield from out.add(mono)
+        rest = out.rest()
+        if rest is not None:
+            yield rest
+        self._done = True
         if carry:
             log.warning(
                 "%s ended inside a sample frame; its last %d byte(s) were dropped",
@@ -398,21 +442,99 @@ class PcmStreamSource:
                 self.info.duration_s,
             )
 
-    def _decode(self, data: bytes) -> np.ndarray:
+    def next_wav(self) -> PcmStreamSource | None:
+        """The WAV stream that follows this one's data on the pipe (`cat a.wav b.wav |`), or
+        None: at end of input, for raw PCM, or when this one's data ran to end of input.
+
+        The chunks that close this stream (LIST, id3, ...) are skipped first. Call it once
+        this source's blocks are all read.
+        """
         layout = self._layout
-        if layout.dtype == "i3":
-            raw = np.frombuffer(data, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
-            ints = raw[:, 0] | (raw[:, 1] << 8) | (raw[:, 2] << 16)
-            samples = np.where(ints >= 1 << 23, ints - (1 << 24), ints).astype(np.float64)
-        else:
-            samples = np.frombuffer(data, dtype=layout.dtype).astype(np.float64)
-        samples = (samples - layout.offset) / layout.scale
-        return to_mono(samples.reshape(-1, layout.channels))
+        if not self._done or self._ended or layout.format != "WAV" or layout.data_bytes <= 0:
+            return None
+        stream = self._stream
+        if layout.data_bytes & 1:  # the pad byte after odd-sized data, where it was written
+            peek = getattr(stream, "peek", None)
+            if peek is None or peek(1)[:1] == b"\0":
+                stream.read(1)
+        name = f"{self._base} (WAV stream {self._count + 1})"
+        while True:
+            head = _read_exactly(stream, 8)
+            if len(head) < 8:
+                if head:
+                    log.warning(
+                        "%s: %d stray byte(s) after the audio were ignored", self.name, len(head)
+                    )
+                return None
+            chunk_id, size = head[:4], struct.unpack("<I", head[4:])[0]
+            if chunk_id == b"RIFF":
+                if _read_exactly(stream, 4) != b"WAVE":
+                    raise InputError(
+                        f"{name}: a RIFF stream that is not WAV follows the audio; pipe WAV "
+                        "streams only, e.g. `cat a.wav b.wav | streamasr file -`"
+                    )
+                following = PcmStreamSource(
+                    name, stream, _read_wav_chunks(name, stream), owns=self._owns
+                )
+                following._base, following._count = self._base, self._count + 1
+                return following
+            log.debug("%s: skipping a %d-byte %r chunk after the audio", self.name, size, chunk_id)
+            _skip(stream, size + (size & 1))
 
     def close(self) -> None:
         """Close the stream if this source opened it (stdin stays open)."""
         if self._owns:
             self._stream.close()
+
+
+def _decode(data: bytes, layout: PcmLayout) -> np.ndarray:
+    """Whole frames of interleaved PCM as mono float32."""
+    if layout.dtype == "i3":
+        raw = np.frombuffer(data, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
+        ints = raw[:, 0] | (raw[:, 1] << 8) | (raw[:, 2] << 16)
+        samples = np.where(ints >= 1 << 23, ints - (1 << 24), ints).astype(np.float64)
+    else:
+        samples = np.frombuffer(data, dtype=layout.dtype).astype(np.float64)
+    samples = (samples - layout.offset) / layout.scale
+    return to_mono(samples.reshape(-1, layout.channels))
+
+
+def _skip(stream: BinaryIO, size: int) -> None:
+    """Read and drop `size` bytes (fewer at end of input), a slice at a time."""
+    while size > 0:
+        part = stream.read(min(size, SLICE_BYTES))
+        if not part:
+            return
+        size -= len(part)
+
+
+class _BlockFiller:
+    """Collects decoded slices into blocks of a fixed number of samples."""
+
+    def __init__(self, frames: int) -> None:
+        self.frames = frames
+        self._block = np.empty(frames, np.float32)
+        self._have = 0
+
+    def room(self) -> int:
+        """Samples still missing from the block being filled."""
+        return self.frames - self._have
+
+    def add(self, samples: np.ndarray) -> Iterator[np.ndarray]:
+        """Take `samples`; yield each block they complete."""
+        while len(samples):
+            take = min(len(samples), self.room())
+            self._block[self._have : self._have + take] = samples[:take]
+            self._have += take
+            samples = samples[take:]
+            if self._have == self.frames:
+                yield self._block
+                self._block = np.empty(self.frames, np.float32)
+                self._have = 0
+
+    def rest(self) -> np.ndarray | None:
+        """The part-filled last block, if any."""
+        return self._block[: self._have] if self._have else None
 
 
 def _finite(name: str, mono: np.ndarray, position: int, sample_rate: int) -> np.ndarray:

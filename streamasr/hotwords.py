@@ -8,7 +8,9 @@ refused by name, and the engine is given the unit and a vocabulary (the model's 
 ``bpe.vocab``, or one written from tokens.txt when the model ships none).
 
 File format (the engine's): one hotword or phrase per line, an optional `` :SCORE`` at the end
-of a line overrides --hotwords-score for it; blank lines are ignored.
+of a line overrides --hotwords-score for it; blank lines are ignored. A list is bounded (at
+most MAX_HOTWORDS_BYTES, lines of at most MAX_HOTWORD_CHARS) and read in linear time, so a
+huge or hostile file is refused at once instead of stalling the engine's load.
 """
 
 from __future__ import annotations
@@ -20,13 +22,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamasr.errors import UsageError
+from streamasr.errors import OutputError, UsageError
 from streamasr.tokens import WORD_BOUNDARY, Vocabulary, is_cjk
 
 # With the engine's default 4 active paths a word the model scores low never enters the
 # beam, so its bonus is never applied; hotwords widen the beam to at least this.
 HOTWORD_MIN_ACTIVE_PATHS = 32
-_SCORE_SUFFIX = re.compile(r"\s+:\s*[-+]?\d+(\.\d*)?\s*$")
+# a list of tens of thousands of phrases fits; the engine builds its context graph from it at
+# every load, so a longer one would only slow the start
+MAX_HOTWORDS_BYTES = 1 << 20
+MAX_HOTWORD_CHARS = 256  # one word or phrase per line, not a paragraph
+_SCORE = re.compile(r"[-+]?\d+(\.\d*)?")
 
 
 @dataclass(frozen=True)
@@ -38,35 +44,66 @@ class HotwordCheck:
 
 
 def read_phrases(path: Path) -> tuple[str, ...]:
-    """Non-empty lines without their optional ' :SCORE' suffix."""
+    """Non-empty lines without their optional ' :SCORE' suffix (size and line length checked)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"--hotwords file {path} is not UTF-8 text; save it as UTF-8") from exc
+        with path.open("rb") as handle:
+            data = handle.read(MAX_HOTWORDS_BYTES + 1)
     except OSError as exc:
         raise UsageError(f"--hotwords file {path} cannot be read: {exc.strerror}") from exc
-    return tuple(_SCORE_SUFFIX.sub("", line).strip() for line in text.splitlines() if line.strip())
+    if len(data) > MAX_HOTWORDS_BYTES:
+        raise UsageError(
+            f"--hotwords file {path} is larger than {MAX_HOTWORDS_BYTES // 1024} KiB; list "
+            "the words and short phrases to boost, one per line (tens of thousands fit)"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--hotwords file {path} is not UTF-8 text; save it as UTF-8") from exc
+    phrases = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if len(line) > MAX_HOTWORD_CHARS:
+            raise UsageError(
+                f"--hotwords file {path}: line {number} has {len(line)} characters (at most "
+                f"{MAX_HOTWORD_CHARS}); put one word or short phrase on each line"
+            )
+        phrase = _without_score(line)
+        if phrase:
+            phrases.append(phrase)
+    return tuple(phrases)
+
+
+def _without_score(line: str) -> str:
+    """The phrase of one line: an optional `` :SCORE`` at its end taken off (linear time)."""
+    head, colon, score = line.rpartition(":")
+    if colon and head[-1:].isspace() and _SCORE.fullmatch(score.strip()):
+        return head.strip()
+    return line.strip()
 
 
 def check_phrases(phrases: tuple[str, ...], vocabulary: Vocabulary) -> HotwordCheck:
     """Which words of the phrases the model's tokens cannot spell (in the engine's way)."""
     pieces = vocabulary.pieces
+    longest = max((len(p) for p in pieces), default=0)
+    seen: set[str] = set()
     bad: list[str] = []
     for phrase in phrases:
         for word in phrase.split():
-            if not _encodable(word, vocabulary.token_type, pieces) and word not in bad:
+            if word in seen:
+                continue
+            seen.add(word)
+            if not _encodable(word, vocabulary.token_type, pieces, longest):
                 bad.append(word)
     return HotwordCheck(phrases, tuple(bad))
 
 
-def _encodable(word: str, token_type: str, pieces: frozenset[str]) -> bool:
+def _encodable(word: str, token_type: str, pieces: frozenset[str], longest: int) -> bool:
     if token_type in ("word", "bpe"):
-        return _spells(WORD_BOUNDARY + word, pieces)
+        return _spells(WORD_BOUNDARY + word, pieces, longest)
     if token_type == "cjkchar":
         return all(char in pieces for char in word)
     if token_type == "cjkchar+bpe":
         return all(
-            (run in pieces) if is_cjk(run[0]) else _spells(WORD_BOUNDARY + run, pieces)
+            (run in pieces) if is_cjk(run[0]) else _spells(WORD_BOUNDARY + run, pieces, longest)
             for run in _runs(word)
         )
     return False
@@ -83,9 +120,8 @@ def _runs(word: str) -> list[str]:
     return runs
 
 
-def _spells(text: str, pieces: frozenset[str]) -> bool:
-    """True when text is a concatenation of vocabulary pieces."""
-    longest = max((len(p) for p in pieces), default=0)
+def _spells(text: str, pieces: frozenset[str], longest: int) -> bool:
+    """True when text is a concatenation of vocabulary pieces (none longer than `longest`)."""
     reachable = [True] + [False] * len(text)
     for end in range(1, len(text) + 1):
         for start in range(max(0, end - longest), end):
@@ -125,10 +161,35 @@ def engine_hotword_options(
     if own.is_file():
         yield {**options, "bpe_vocab": str(own)}
         return
-    with tempfile.TemporaryDirectory(prefix="streamasr-hotwords-") as tmp:
+    with _temporary_folder() as tmp:
         derived = Path(tmp) / "bpe.vocab"
-        derived.write_text(_vocab_from_tokens(vocabulary), encoding="utf-8")
+        try:
+            derived.write_text(_vocab_from_tokens(vocabulary), encoding="utf-8")
+        except OSError as exc:
+            raise _temporary_error(exc) from None
         yield {**options, "bpe_vocab": str(derived)}
+
+
+@contextlib.contextmanager
+def _temporary_folder() -> Iterator[str]:
+    """A temporary folder; one that cannot be made (full disk, no inodes) is one line."""
+    try:
+        folder = tempfile.TemporaryDirectory(prefix="streamasr-hotwords-")
+    except OSError as exc:
+        raise _temporary_error(exc) from None
+    with folder as tmp:
+        yield tmp
+
+
+def _temporary_error(exc: OSError) -> OutputError:
+    try:
+        where = f"in {tempfile.gettempdir()} "
+    except OSError:  # no usable temporary folder at all
+        where = ""
+    return OutputError(
+        f"--hotwords: cannot write the model's word pieces to a temporary file {where}"
+        f"({exc.strerror or exc}); free space there or point TMPDIR at a writable folder"
+    )
 
 
 def _vocab_from_tokens(vocabulary: Vocabulary) -> str:

@@ -6,17 +6,45 @@ recognises the model (file names only, no engine import), or takes `--backend NA
 chosen backend loads it. Backends outside this package plug in by an import string
 `module:ATTRIBUTE` naming a `BackendEntry` (what tests do), or through the `streamasr.backends`
 entry-point group of an installed package.
+
+A plugin fails alone. Entry points are imported only when their backend is asked for by name
+(or when no built-in backend recognises the model), so a broken one never stops the
+built-in engines; asked for, it fails in one line naming the plugin, its package and the
+error. What a plugin raises while it decodes becomes one line naming the backend too, after
+the streaming loop has flushed what was recognised before it (see `GuardedRecognizer`).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
+from collections.abc import Callable, Sequence
 from importlib import metadata
+from typing import Any, TypeVar
 
-from streamasr.backends.base import BackendEntry, EngineOptions, Recognizer
-from streamasr.errors import DependencyError, UsageError
+import numpy as np
+
+from streamasr.backends.base import (
+    BackendEntry,
+    BackendInfo,
+    EngineOptions,
+    Hypothesis,
+    Recognizer,
+    RecognizerStream,
+)
+from streamasr.errors import DependencyError, StreamAsrError, UsageError
+
+log = logging.getLogger("streamasr")
 
 ENTRY_POINT_GROUP = "streamasr.backends"
+BUILTIN_NAMES = ("nemo", "sherpa-onnx")
+_MESSAGE_CHARS = 300  # a plugin's own error text is cut here: the line stays one line
+
+T = TypeVar("T")
+
+
+class PluginError(StreamAsrError):
+    """A backend plugin cannot be loaded (import failed, wrong object) or failed to decode."""
 
 
 def _builtin() -> list[BackendEntry]:
@@ -26,35 +54,89 @@ def _builtin() -> list[BackendEntry]:
     return [nemo.BACKEND, sherpa.BACKEND]
 
 
-def _plugins() -> list[BackendEntry]:
-    found = []
-    for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+def _entry_points() -> list[metadata.EntryPoint]:
+    """The installed plugins' entry points, not imported (a broken one costs nothing here)."""
+    try:
+        points = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+    except Exception as exc:  # a package's unreadable entry_points.txt
+        log.warning("backend plugins cannot be listed (%s); only built-in backends are used",
+                    _said(exc))
+        return []
+    builtin = set(BUILTIN_NAMES)
+    return [p for p in points if p.name not in builtin]
+
+
+def _said(exc: BaseException) -> str:
+    """An exception as one short line: its type and its first words."""
+    text = " ".join(str(exc).split())
+    if len(text) > _MESSAGE_CHARS:
+        text = text[: _MESSAGE_CHARS - 3] + "..."
+    kind = type(exc).__name__
+    return f"{kind}: {text}" if text else kind
+
+
+def _package(point: metadata.EntryPoint) -> str:
+    dist = getattr(point, "dist", None)
+    name = getattr(dist, "name", None) if dist is not None else None
+    return str(name) if name else point.module
+
+
+def _load_point(point: metadata.EntryPoint) -> BackendEntry:
+    """Import one plugin's entry point; any failure is one PluginError naming it."""
+    package = _package(point)
+    where = f"backend plugin {point.name!r} ({point.value}, from package {package})"
+    fix = f"fix or uninstall it (pip uninstall {package})"
+    try:
         entry = point.load()
-        if isinstance(entry, BackendEntry):
-            found.append(entry)
-    return found
+    except (Exception, SystemExit) as exc:
+        raise PluginError(f"{where} cannot be loaded: {_said(exc)}; {fix}") from None
+    if not isinstance(entry, BackendEntry):
+        raise PluginError(
+            f"{where} is a {type(entry).__name__}, not a streamasr BackendEntry; {fix}"
+        )
+    return entry
+
+
+def _plugin_named(name: str) -> BackendEntry | None:
+    """The installed plugin whose entry point (or loaded entry) is called `name`, imported now."""
+    for point in _entry_points():
+        if point.name == name:
+            return _guarded_entry(_load_point(point))
+    return None
 
 
 def available() -> list[BackendEntry]:
-    """Every backend that can be asked for by name."""
-    return _builtin() + _plugins()
+    """Every backend that can be asked for by name and loads (broken plugins are left out
+    with a warning; asked for by name, they fail with their error)."""
+    entries = _builtin()
+    for point in _entry_points():
+        try:
+            entries.append(_guarded_entry(_load_point(point)))
+        except PluginError as exc:
+            log.warning("%s", exc)
+    return entries
 
 
 def backend_names() -> list[str]:
-    """Names (and aliases) accepted by `--backend`."""
+    """Names (and aliases) accepted by `--backend`; plugins by their entry point names,
+    without importing them."""
     names: list[str] = []
-    for entry in available():
+    for entry in _builtin():
         names.extend((entry.name, *entry.aliases))
+    names.extend(point.name for point in _entry_points() if point.name not in names)
     return names
 
 
 def find_backend(name: str) -> BackendEntry:
     """A backend by name or alias, or by import string `module:ATTRIBUTE`."""
-    for entry in available():
+    for entry in _builtin():
         if name == entry.name or name in entry.aliases:
             return entry
+    plugin = _plugin_named(name)
+    if plugin is not None:
+        return plugin
     if ":" in name:
-        return _import_entry(name)
+        return _guarded_entry(_import_entry(name))
     raise UsageError(
         f"--backend {name!r} is not known; use one of: {', '.join(backend_names())} "
         "(or module:ATTRIBUTE naming a streamasr BackendEntry)"
@@ -70,6 +152,10 @@ def _import_entry(spec: str) -> BackendEntry:
             f"--backend {spec}: module {module_name!r} cannot be imported ({exc}); "
             "check the name and that it is on PYTHONPATH"
         ) from exc
+    except (Exception, SystemExit) as exc:
+        raise PluginError(
+            f"--backend {spec}: importing {module_name} failed: {_said(exc)}; fix the module"
+        ) from None
     entry = getattr(module, attribute, None)
     if not isinstance(entry, BackendEntry):
         raise UsageError(f"--backend {spec}: {attribute!r} in {module_name} is not a BackendEntry")
@@ -77,7 +163,10 @@ def _import_entry(spec: str) -> BackendEntry:
 
 
 def choose_backend(model: str | None, name: str | None = None) -> BackendEntry:
-    """The backend asked for, else the first that recognises the model, else sherpa-onnx."""
+    """The backend asked for, else the first that recognises the model, else sherpa-onnx.
+
+    Plugins are imported only when no built-in backend recognises the model.
+    """
     if name:
         return find_backend(name)
     from streamasr import catalog
@@ -85,11 +174,17 @@ def choose_backend(model: str | None, name: str | None = None) -> BackendEntry:
     released = catalog.find(model) if model else None
     if released is not None:
         return find_backend(released.engine)
-    entries = available()
-    for entry in entries:
+    builtin = _builtin()
+    for entry in builtin:
+        if entry.name != "sherpa-onnx" and entry.recognises(model):
+            return entry
+    default = next(e for e in builtin if e.name == "sherpa-onnx")
+    if default.recognises(model):
+        return default
+    for entry in available()[len(builtin):]:
         if entry.recognises(model):
             return entry
-    return next(e for e in entries if e.name == "sherpa-onnx")
+    return default
 
 
 def load_recognizer(
@@ -97,3 +192,146 @@ def load_recognizer(
 ) -> Recognizer:
     """Load `model` with the backend that fits it: the only way commands open an engine."""
     return choose_backend(model, backend).load(model, options)
+
+
+# --- plugins fail alone ------------------------------------------------------------------
+
+
+def _guarded_entry(entry: BackendEntry) -> BackendEntry:
+    """A plugin's entry whose `recognises`, `load` and recognizer turn failures into
+    one-line PluginErrors naming the backend (built-in engines are trusted as they are)."""
+    if entry.name in BUILTIN_NAMES:
+        return entry
+    name = entry.name
+
+    def recognises(model: str | None) -> bool:
+        try:
+            return bool(entry.recognises(model))
+        except Exception as exc:
+            log.debug("backend %s could not tell whether it reads %s: %s", name, model, exc)
+            return False
+
+    def load(model: str | None, options: EngineOptions) -> Recognizer:
+        try:
+            recognizer = entry.load(model, options)
+        except StreamAsrError:
+            raise
+        except Exception as exc:
+            raise PluginError(
+                f"backend {name!r} failed to load model {model!r}: {_said(exc)}"
+            ) from None
+        return GuardedRecognizer(name, recognizer)
+
+    return BackendEntry(
+        name=entry.name,
+        summary=entry.summary,
+        recognises=recognises,
+        load=load,
+        aliases=entry.aliases,
+    )
+
+
+def _failure(backend: str, what: str, exc: Exception) -> PluginError:
+    return PluginError(
+        f"backend {backend!r} failed in {what}: {_said(exc)}; the text recognised before "
+        "it is kept. Report it to the backend's authors"
+    )
+
+
+class GuardedStream:
+    """A plugin's stream: the first exception becomes a PluginError naming the backend.
+
+    After that the stream is spent: it takes no more audio, steps no more and keeps
+    answering its last good hypothesis, so the streaming loop's flush (Ctrl-C's path)
+    still emits what was recognised before the failure.
+    """
+
+    def __init__(self, backend: str, inner: RecognizerStream) -> None:
+        self.backend = backend
+        self.inner = inner
+        self.failed = False
+        self._last = Hypothesis(text="")
+
+    def _call(self, what: str, call: Callable[[], T], spent: T) -> T:
+        if self.failed:
+            return spent
+        try:
+            return call()
+        except StreamAsrError:
+            self.failed = True
+            raise
+        except Exception as exc:
+            self.failed = True
+            raise _failure(self.backend, what, exc) from None
+
+    def accept(self, sample_rate: int, samples: np.ndarray) -> None:
+        self._call("accept", lambda: self.inner.accept(sample_rate, samples), None)
+
+    def decode_step(self) -> bool:
+        return bool(self._call("decode_step", self.inner.decode_step, False))
+
+    def hypothesis(self) -> Hypothesis:
+        hyp = self._call("hypothesis", self.inner.hypothesis, self._last)
+        self._last = hyp
+        return hyp
+
+    def reset(self) -> None:
+        self._call("reset", self.inner.reset, None)
+        if not self.failed:
+            self._last = Hypothesis(text="")
+
+    def input_finished(self) -> None:
+        self._call("input_finished", self.inner.input_finished, None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class GuardedRecognizer:
+    """A plugin's recognizer, whose streams are `GuardedStream`s (everything else passes)."""
+
+    def __init__(self, backend: str, inner: Recognizer) -> None:
+        self.backend = backend
+        self.inner = inner
+
+    @property
+    def info(self) -> BackendInfo:
+        return self.inner.info
+
+    @property
+    def description(self) -> str:
+        return self.inner.description
+
+    @property
+    def chunk_s(self) -> float:
+        return self.inner.chunk_s
+
+    def create_stream(self) -> GuardedStream:
+        try:
+            stream = self.inner.create_stream()
+        except StreamAsrError:
+            raise
+        except Exception as exc:
+            raise _failure(self.backend, "create_stream", exc) from None
+        return GuardedStream(self.backend, stream)
+
+    def decode_batch(self, streams: Sequence[RecognizerStream]) -> list[bool]:
+        guarded = [s for s in streams if isinstance(s, GuardedStream)]
+        live = [s for s in guarded if not s.failed]
+        if len(guarded) != len(streams):  # not ours: pass them through unguarded
+            return self.inner.decode_batch(streams)
+        try:
+            stepped = list(self.inner.decode_batch([s.inner for s in live]))
+        except StreamAsrError:
+            for stream in live:
+                stream.failed = True
+            raise
+        except Exception as exc:
+            for stream in live:
+                stream.failed = True
+            raise _failure(self.backend, "decode_batch", exc) from None
+        done = iter(stepped)
+        return [False if s.failed else bool(next(done, False)) for s in guarded]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

@@ -8,6 +8,7 @@ midway (a kill, a full disk later on) keeps everything measured until then.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -46,12 +47,27 @@ def check_out(out: Path) -> None:
             f"--out {out} is not writable ({_reason(exc)}); choose another folder"
         ) from None
     finally:
-        probe.unlink(missing_ok=True)
+        # on a read-only file system even removing a file that is not there fails
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
+
+
+def write_result_file(path: Path, text: str) -> None:
+    """Write one results file whole; a failure (disk filled up during the run) is one line."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        records = path.parent / RECORDS_NAME
+        raise ResultsFolderError(
+            f"cannot write {path} ({_reason(exc)}); the utterances measured are in {records}"
+        ) from None
 
 
 def _reason(exc: OSError) -> str:
     if exc.errno == errno.ENOSPC:
-        return "no space left on the disk"
+        return "no space left on the disk, or no free inodes"
+    if exc.errno == errno.EDQUOT:
+        return "disk quota exceeded"
     if exc.errno == errno.EROFS:
         return "read-only file system"
     if exc.errno in (errno.EACCES, errno.EPERM):

@@ -73,6 +73,15 @@ def plot_tradeoff(doc: dict[str, Any], path: Path) -> None:
     fig = tradeoff_figure(doc)
     import matplotlib.pyplot as plt
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+    except OSError as exc:
+        from streamasr.bench.outdir import ResultsFolderError
+
+        raise ResultsFolderError(
+            f"--plot {path}: cannot write it ({exc.strerror or exc}); the results files are "
+            "written, draw the plot elsewhere"
+        ) from None
+    finally:
+        plt.close(fig)

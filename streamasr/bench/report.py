@@ -192,9 +192,11 @@ def results_document(
 
 def write_results(out: Path, doc: dict[str, Any], comparison: Sequence[Check] = ()) -> None:
     """Write results.json and results.md into `out` (created if needed)."""
+    from streamasr.bench.outdir import write_result_file
+
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    (out / "results.md").write_text(markdown(doc, comparison), encoding="utf-8")
+    write_result_file(out / "results.json", json.dumps(doc, indent=1) + "\n")
+    write_result_file(out / "results.md", markdown(doc, comparison))
 
 
 # ---- the table: the same columns on the terminal and in results.md ----------------------

@@ -11,7 +11,15 @@ import numpy as np
 import typer
 
 from streamasr import interrupts
-from streamasr.audio import STDIN_NAME, RawFormat, check_raw_format, open_source, paced
+from streamasr.audio import (
+    STDIN_NAME,
+    AudioSource,
+    RawFormat,
+    check_raw_format,
+    next_input,
+    open_source,
+    paced,
+)
 from streamasr.backends.base import Recognizer
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
@@ -48,9 +56,28 @@ def stream_one(
     progress: ProgressDisplay | None = None,
     raw: RawFormat | None = None,
 ) -> None:
-    """Stream one file; on any interruption, flush what was recognised, then re-raise."""
+    """Stream one file; on any interruption, flush what was recognised, then re-raise.
+
+    WAV streams that follow the first on a pipe (`cat a.wav b.wav |`) are inputs of their own.
+    """
     check_path_name(path)
-    source = open_source(path, raw)
+    source: AudioSource | None = open_source(path, raw)
+    count = 1
+    while source is not None:
+        name = path if count == 1 else f"{path} (WAV stream {count})"
+        _stream_source(name, source, recognizer, renderer, options, realtime, progress)
+        source, count = next_input(source), count + 1
+
+
+def _stream_source(
+    path: str,
+    source: AudioSource,
+    recognizer: Recognizer,
+    renderer: Renderer,
+    options: StreamOptions,
+    realtime: bool,
+    progress: ProgressDisplay | None,
+) -> None:
     if source.info.length_known and source.info.frames == 0:
         log.warning("%s has no audio samples; the transcript is empty", path)
     session = StreamSession(recognizer, source.sample_rate, path, options)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import IO, Annotated
 
@@ -20,7 +21,7 @@ from streamasr.commands.common import (
     setup_logging,
 )
 from streamasr.commands.options import ModelOptions, build, with_model_options
-from streamasr.errors import DeviceError, StreamAsrError, UsageError
+from streamasr.errors import DeviceError, OutputError, StreamAsrError, UsageError
 from streamasr.live import (  # noqa: F401 - the loop's names stay importable from here
     CaptureClock,
     SessionOutput,
@@ -198,7 +199,14 @@ def register(app: typer.Typer) -> None:
 
 
 def _open_log(path: str) -> IO[str]:
+    """The --log file; a full file system (no space, no inodes) is a runtime error (exit 1),
+    a place that cannot be written at all a usage error (exit 2), as for --save."""
     try:
         return open(path, "w", encoding="utf-8")
     except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OutputError(
+                f"--log {path}: cannot write it ({exc.strerror}); free some space or log "
+                "elsewhere"
+            ) from None
         raise UsageError(f"--log {path}: cannot write there ({exc.strerror})") from exc
