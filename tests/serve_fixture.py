@@ -65,7 +65,7 @@ def serve(*args: str, env: dict[str, str] | None = None) -> Iterator[ServerProce
         assert process.stderr is not None
         for line in process.stderr:
             lines.append(line)
-            match = re.search(r"listening on ws://127\.0\.0\.1:(\d+)/ws", line)
+            match = re.search(r"listening on wss?://127\.0\.0\.1:(\d+)/ws", line)
             if match and not port:
                 port.append(int(match.group(1)))
                 found.set()

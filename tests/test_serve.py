@@ -295,3 +295,56 @@ def test_idle_flushes_then_sigterm_flushes_open_session_and_exits_0(
     assert code == 1001 and "shutting down" in reason
     assert comparable(events) == comparable(reference[CLIPS[0]])
     assert wait_for(lambda: any("stopped" in line for line in server.stderr_lines), 5)
+
+
+def test_tls_and_token_from_the_environment(tmp_path: Any) -> None:
+    import ssl
+    import subprocess
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    context = ssl.create_default_context(cafile=str(cert))
+    args = ("--certfile", str(cert), "--keyfile", str(key))
+    with serve(*args, env={"STREAMASR_TOKEN": "from-env"}) as server:
+        url = server.url.replace("ws://", "wss://")
+
+        async def run() -> tuple[int, list[dict]]:
+            try:
+                async with connect(url, ssl=context):
+                    pass
+                refused = 0
+            except InvalidStatus as exc:
+                refused = exc.response.status_code
+            headers = {"Authorization": "Bearer from-env"}
+            async with connect(url, ssl=context, additional_headers=headers) as ws:
+                return refused, await stream_clip(ws, CLIPS[3])
+
+        refused, events = asyncio.run(run())
+    assert refused == 401
+    assert events[-1]["type"] == "summary" and events[-1]["text"]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--max-batch", "0"), "--max-batch 0"),
+        (("--idle-timeout-s", "nan"), "--idle-timeout-s"),
+        (("--keyfile", "key.pem"), "--keyfile needs --certfile"),
+        (("--certfile", "missing.pem"), "cannot load the certificate"),
+        (("--token-file", "missing-token"), "--token-file missing-token"),
+        (("--port", "70000"), "--port 70000"),
+    ],
+)
+def test_bad_server_options_are_usage_errors(args: tuple[str, ...], words: str) -> None:
+    from typer.testing import CliRunner
+
+    from streamasr.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--model", "tiny-en", *args])
+    assert result.exit_code == 2, result.output
+    assert words in result.output
