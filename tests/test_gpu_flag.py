@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parent.parent
 NEMO_MODEL = "models/tiny-nemo-streaming/tiny-nemo-streaming.nemo"
 WAV = "models/tiny-en/test_wavs/1.wav"
 TRAINED = "70,13, 70,6, 70,1, 70,0"
-GPU_EXTRA = "pip install 'streamasr[gpu]'"
+# works from an install and from a clone; 'streamasr[gpu]' is on no package index
+GPU_EXTRA = "pip install torch 'nemo_toolkit[asr]' (in a clone: pip install -e '.[gpu]')"
 
 
 def cli(
@@ -154,3 +155,15 @@ def test_gpu_without_a_model_runs_the_default_released_model_or_says_how_to_get_
     line = one_error_line(cpu)
     assert "streamasr models pull stt_en_fastconformer_hybrid_large_streaming_multi" in line
 
+
+
+def test_no_cuda_is_said_before_torch_or_nemo_is_needed() -> None:
+    """Without a GPU, --gpu must not first ask for (or import) 2 GB of torch and NeMo."""
+    if cuda_here():
+        return  # a GPU machine goes on to load the engine; covered above
+    hide = "import sys; sys.modules['torch'] = None; sys.modules['nemo'] = None\n"
+    done = cli("file", WAV, "--gpu", "--model", NEMO_MODEL, python_prefix=hide)
+    assert done.returncode == 1, done.stderr
+    line = one_error_line(done)
+    assert "CUDA is not available: no NVIDIA GPU or driver found" in line
+    assert GPU_EXTRA in line and "--device cpu" in line

@@ -23,13 +23,14 @@ import numpy as np
 
 from streamasr.backends.base import BackendInfo, EngineOptions, Hypothesis, RecognizerStream
 from streamasr.backends.nemo_features import IncrementalMel
+from streamasr.cuda import GPU_INSTALL as GPU_EXTRA
 from streamasr.errors import DependencyError, ModelError, UsageError
 from streamasr.resample import StreamResampler
 
 log = logging.getLogger("streamasr")
 
 SAMPLE_RATE = 16000
-GPU_EXTRA = "pip install 'streamasr[gpu]'"
+
 EOU_PIECES = ("<EOU>", "<eou>")
 
 

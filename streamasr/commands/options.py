@@ -270,6 +270,10 @@ def backend_and_device(options: ModelOptions) -> tuple[str | None, str]:
     device = device or "cpu"
     if device != "cpu" and device != "cuda" and not _cuda_index(device):
         raise UsageError(f"compute device {device!r} is not known; use cpu, cuda or cuda:N")
+    if device != "cpu":  # asked of the driver, before torch or NeMo is imported
+        from streamasr.cuda import require_cuda_device
+
+        require_cuda_device(device)
     return backend, device
 
 
