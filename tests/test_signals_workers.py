@@ -422,3 +422,25 @@ def test_a_signal_during_a_stall_exits_143_with_the_text_summary_and_files(
     assert log[-1]["text"].strip()
     assert run.stdout.strip() == log[-1]["text"].strip()
     assert sf.info(str(tmp_path / "saved.wav")).frames > 0
+
+
+def test_mic_with_a_hung_engine_stops_on_sigterm_with_the_summary_and_files(
+    suspendable: PulseServer, tmp_path: Path
+) -> None:
+    marker = tmp_path / "hung"
+    env = {k: v for k, v in suspendable.env.items() if k.startswith(("PULSE", "XDG"))}
+    env.update(STREAMASR_TEST_HANG_MARKER=str(marker), STREAMASR_TEST_HANG_AT_S="2")
+    run = Run(["mic", "--backend", "hang_backend:BACKEND", "--model", "hang", "-f", "text",
+               "--log", str(tmp_path / "log.jsonl"), "--save", str(tmp_path / "saved.wav")],
+              env=env)
+    wait_until(marker.exists, 120, "the engine step to hang", run)
+    time.sleep(0.2)
+    code, took = run.stop(signal.SIGTERM)
+    print(f"mic, SIGTERM with a hung engine: exit after {took:.2f} s")
+    assert code == 143, run.stderr
+    assert took < 3.0, run.stderr
+    errors = [line for line in run.err if line.startswith("error:")]
+    assert len(errors) == 1 and "the engine step did not return" in errors[0], run.stderr
+    assert "saved " in run.stderr and "capture: " in run.stderr
+    assert lines(tmp_path / "log.jsonl")[-1]["type"] == "summary"
+    assert sf.info(str(tmp_path / "saved.wav")).frames > 0
