@@ -23,7 +23,7 @@ app = typer.Typer(
     help="Streaming speech transcription: live partials, finals and honest latency figures.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
 
 
