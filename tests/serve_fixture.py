@@ -102,11 +102,11 @@ def pcm(path: str) -> tuple[bytes, int]:
     return data.tobytes(), rate
 
 
-def file_events(*paths: str) -> dict[str, list[dict[str, Any]]]:
-    """What `streamasr file PATHS --format jsonl` prints, per source."""
+def file_events(*paths: str, options: tuple[str, ...] = ()) -> dict[str, list[dict[str, Any]]]:
+    """What `streamasr file PATHS --format jsonl OPTIONS` prints, per source."""
     done = subprocess.run(
         [sys.executable, "-m", "streamasr", "file", *paths, "--model", MODEL, "--format",
-         "jsonl"],
+         "jsonl", *options],
         cwd=REPO, capture_output=True, text=True, check=True,
     )
     events: dict[str, list[dict[str, Any]]] = {path: [] for path in paths}

@@ -63,6 +63,17 @@ def test_events_equal_file_command_two_files_one_connection(
     assert [event["type"] for event in first][-2:] == ["final", "summary"]
 
 
+def test_delta_partials_equal_file_command(server: ServerProcess) -> None:
+    async def run() -> list[dict]:
+        async with connect(server.url) as ws:
+            return await stream_clip(ws, CLIPS[0], partials="delta")
+
+    expected = file_events(CLIPS[0], options=("--partials", "delta"))[CLIPS[0]]
+    events = asyncio.run(run())
+    assert comparable(events) == comparable(expected)
+    assert any("text_tail" in event for event in events)
+
+
 def test_concurrent_clients_each_get_their_own_text(
     server: ServerProcess, reference: dict[str, list[dict[str, Any]]]
 ) -> None:

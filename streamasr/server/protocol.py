@@ -4,7 +4,7 @@ A client, over one WebSocket connection:
 
 1. sends a text message with a JSON config: `{"sample_rate": 16000, "format": "s16le",
    "channels": 1}` plus optional per-session settings (`source`, `realtime`, `endpoint`,
-   `rule1_s`, `rule2_s`, `rule3_s`) within the server's limits;
+   `rule1_s`, `rule2_s`, `rule3_s`, `partials`) within the server's limits;
 2. sends binary frames of interleaved PCM in that format, of any size;
 3. sends the text message `{"type": "end"}` (or closes the connection);
 4. receives, as JSON text messages, exactly the objects `streamasr file --format jsonl`
@@ -49,8 +49,9 @@ MAX_REASON_BYTES = 123  # what a close frame can carry
 
 CONFIG_KEYS = (
     "type", "sample_rate", "format", "channels", "source", "realtime",
-    "endpoint", "rule1_s", "rule2_s", "rule3_s",
+    "endpoint", "rule1_s", "rule2_s", "rule3_s", "partials",
 )
+PARTIALS = ("full", "delta")
 
 
 class ProtocolError(InputError):
@@ -80,6 +81,7 @@ class SessionConfig:
     source: str = "ws"
     realtime: bool = False
     endpoint: EndpointOptions | None = None  # None: the server's rules
+    partials: str = "full"  # "delta": partials carry what changed (as file --partials delta)
 
     @property
     def frame_bytes(self) -> int:
@@ -142,7 +144,10 @@ def parse_config(message: str | bytes, server_endpoint: EndpointOptions) -> Sess
             rule2_s=_seconds(data, "rule2_s", server_endpoint.rule2_s),
             rule3_s=_seconds(data, "rule3_s", server_endpoint.rule3_s),
         )
-    return SessionConfig(rate, fmt, channels, source, realtime, endpoint)
+    partials = data.get("partials", "full")
+    if partials not in PARTIALS:
+        raise ProtocolError(CLOSE_INVALID, 'config: partials must be "full" or "delta"')
+    return SessionConfig(rate, fmt, channels, source, realtime, endpoint, partials)
 
 
 def _whole(data: dict[str, Any], key: str, default: int | None, low: int, high: int) -> int:

@@ -85,7 +85,7 @@ class Utterance:
     drained: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
-        self.renderer = JsonlRenderer(self.lines)  # type: ignore[arg-type]
+        self.renderer = JsonlRenderer(self.lines, self.config.partials)  # type: ignore[arg-type]
         self.renderer.begin(self.config.source)
 
     @property
