@@ -213,7 +213,10 @@ class _Pool:
                 if worker.ready and worker.holding is None and pending:
                     worker.holding = pending.popleft()
                     attempts[worker.holding] += 1
-                    worker.conn.send((worker.holding, utterances[worker.holding]))
+                    try:
+                        worker.conn.send((worker.holding, utterances[worker.holding]))
+                    except OSError:  # it just died: its sentinel says so below
+                        log.debug("bench %s: the task could not be sent", worker.name)
             waits: list[Any] = [w.conn for w in self._workers]
             waits += [w.process.sentinel for w in self._workers]
             ready = wait(waits)
@@ -270,6 +273,9 @@ class _Pool:
     ) -> int:
         """Report a dead worker and put its utterance back (or fail it); 1 if it held none."""
         worker.process.join(STOP_GRACE_S)
+        if worker.process.is_alive():  # its pipe broke, yet it runs: it is of no more use
+            worker.process.kill()
+            worker.process.join(STOP_GRACE_S)
         reason = death_reason(worker.process.exitcode)
         self._workers.remove(worker)
         worker.conn.close()
