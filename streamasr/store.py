@@ -218,9 +218,18 @@ def pull_target(name: str, url: str | None = None, sha256: str | None = None,
         )
     source = "catalog" if entry.archive_sha256 else None
     return PullTarget(
-        entry.name, url or entry.url, entry.archive_sha256, entry.archive_bytes, source,
-        file_name, entry.size_mb,
+        entry.name, url or mirrored(entry.url), entry.archive_sha256, entry.archive_bytes,
+        source, file_name, entry.size_mb,
     )
+
+
+def mirrored(url: str) -> str:
+    """A catalog URL, or the same file name under $STREAMASR_MIRROR (a local or company
+    mirror of the releases; what arrives is still held to the catalog's checksum or pin)."""
+    mirror = os.environ.get("STREAMASR_MIRROR", "").strip()
+    if not mirror:
+        return url
+    return f"{mirror.rstrip('/')}/{PurePosixPath(urlparse(url).path).name}"
 
 
 def _single_file_name(source_name: str) -> str | None:

@@ -245,6 +245,9 @@ def run_bench(request: BenchRequest) -> bool:
         choose_backend(group.model, backend).name,
     )
     verify_model(group)
+    from streamasr.commands.models import offer_download
+
+    offer_download(group.model)
     if request.plot is not None:
         from streamasr.bench.plot import require_matplotlib
 

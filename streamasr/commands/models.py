@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -28,7 +28,7 @@ from rich.table import Table
 from streamasr import store
 from streamasr.catalog import CATALOG, find
 from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup_logging
-from streamasr.errors import UsageError
+from streamasr.errors import ModelError, UsageError
 from streamasr.localmodels import describe_folder
 from streamasr.modeldir import bundled_models_dir, list_bundled
 
@@ -268,27 +268,11 @@ def pull(
     """
     setup_logging(verbose)
     with cli_errors():
-        received = [0]
-
-        def counting(done: int, total: int | None) -> None:
-            received[0] = done
-            progress(done, total)
-
-        try:
-            with _progress_bar(name) as (progress, stage):
-                result = store.pull(
-                    name, url=url, archive=archive, sha256=sha256, force=force,
-                    progress=counting, stage=stage, max_unpacked_mb=max_unpacked_mb,
-                    timeout_s=timeout, max_download_mb=max_download_mb,
-                    accept_new_checksum=accept_new_checksum,
-                )
-        except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: say what is kept, then stop
-            err_console.print(
-                f"stopped: {received[0] / (1 << 20):.1f} MB downloaded so far is kept; run the "
-                "same pull again to resume",
-                highlight=False, markup=False,
-            )
-            raise
+        result = pull_with_progress(
+            name, url=url, archive=archive, sha256=sha256, force=force,
+            max_unpacked_mb=max_unpacked_mb, timeout_s=timeout,
+            max_download_mb=max_download_mb, accept_new_checksum=accept_new_checksum,
+        )
         if result.already_installed:
             err_console.print(
                 f"{result.name} is already installed; `streamasr models verify {name}` checks "
@@ -301,6 +285,44 @@ def pull(
         if make_default:
             _set_default(name)
         typer.echo(str(result.directory))
+
+
+def pull_with_progress(name: str, **options: Any) -> store.PullResult:
+    """store.pull with a progress bar on stderr; a stop signal says what is kept."""
+    received = [0]
+
+    def counting(done: int, total: int | None) -> None:
+        received[0] = done
+        progress(done, total)
+
+    try:
+        with _progress_bar(name) as (progress, stage):
+            return store.pull(name, progress=counting, stage=stage, **options)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: say what is kept, then stop
+        err_console.print(
+            f"stopped: {received[0] / (1 << 20):.1f} MB downloaded so far is kept; run the "
+            "same pull again to resume",
+            highlight=False, markup=False,
+        )
+        raise
+
+
+def offer_download(model: str | None) -> None:
+    """A catalog model that is not pulled yet: on a terminal, ask, then pull it with a
+    progress bar; without a terminal, leave it to the loader's one-line error."""
+    entry = find(model) if model else None
+    if model is None or entry is None or store.find_cached(model) is not None:
+        return
+    if not (sys.stdin.isatty() and err_console.is_terminal):
+        return
+    size = entry.size_label.lstrip("~")
+    if not typer.confirm(
+        f"{model} ({entry.name}, {size}) is not downloaded yet; download it now?",
+        default=False, err=True,
+    ):
+        raise ModelError(f"{model} is not downloaded; run `streamasr models pull {model}`")
+    result = pull_with_progress(model)
+    _report_pull(result, model)
 
 
 def _set_default(name: str) -> None:

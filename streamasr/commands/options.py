@@ -392,6 +392,9 @@ def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOpti
     entry = choose_backend(options.model, backend)
     check_engine_fit(options, entry.name)
     verify_model(options)
+    from streamasr.commands.models import offer_download
+
+    offer_download(options.model)
     recognizer = load_recognizer(options.model, engine, backend)
     log.info("model: %s", recognizer.description)
     return recognizer, feed
