@@ -359,3 +359,29 @@ def test_bad_server_options_are_usage_errors(args: tuple[str, ...], words: str) 
     result = CliRunner().invoke(app, ["serve", "--model", "tiny-en", *args])
     assert result.exit_code == 2, result.output
     assert words in result.output
+
+
+def test_workers_share_the_port_and_the_metrics(
+    reference: dict[str, list[dict[str, Any]]]
+) -> None:
+    with serve("--workers", "2", "--max-connections", "8") as server:
+
+        async def one(path: str) -> list[dict]:
+            async with connect(server.url) as ws:
+                return await stream_clip(ws, path, frame_bytes=640)
+
+        async def run() -> list[list[dict]]:
+            return await asyncio.gather(*(one(path) for path in CLIPS))
+
+        results = asyncio.run(run())
+        metrics = http_get(server.http + "/metrics")[1]
+        assert server.stop() == 0
+    for path, events in zip(CLIPS, results, strict=True):
+        assert [e["text"] for e in events if e["type"] == "final"] == [
+            e["text"] for e in reference[path] if e["type"] == "final"
+        ]
+    # the counters are summed over both workers, whichever one answered the scrape
+    assert "streamasr_connections_total 4.0" in metrics
+    audio = sum(events[-1]["audio_s"] for events in results)
+    line = next(x for x in metrics.splitlines() if x.startswith("streamasr_audio_seconds_total"))
+    assert abs(float(line.split()[-1]) - audio) < 1e-3

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
-from typing import Annotated
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,19 +14,68 @@ from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup
 from streamasr.commands.options import ModelOptions, build, with_model_options
 from streamasr.errors import DependencyError, StreamAsrError, UsageError
 
+if TYPE_CHECKING:
+    from streamasr.server.limits import Security, ServerLimits
+
 
 def check_server_packages() -> None:
     """The `serve` extra's packages, or a DependencyError naming the install line."""
-    missing = []
-    for module in ("websockets", "prometheus_client"):
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append(module)
+    import importlib.util
+
+    # found, not imported: with --workers, prometheus_client must first be imported in the
+    # workers, after its multiprocess folder is set
+    missing = [
+        module
+        for module in ("websockets", "prometheus_client")
+        if importlib.util.find_spec(module) is None
+    ]
     if missing:
         raise DependencyError(
             f"streamasr serve needs {' and '.join(missing)}: pip install 'streamasr[serve]'"
         )
+
+
+MAX_WORKERS = 256
+
+
+def serve_workers(
+    workers: int,
+    host: str,
+    port: int,
+    model_options: ModelOptions,
+    limits: ServerLimits,
+    security: Security,
+    ready: Callable[[list[tuple[str, int]]], None],
+) -> int | None:
+    """--workers N: check the options here, then N processes load the model and serve."""
+    from streamasr.backends.registry import choose_backend
+    from streamasr.commands.options import (
+        backend_and_device,
+        check_engine_fit,
+        engine_options,
+        stream_options,
+    )
+    from streamasr.server.app import StreamServer, run_server
+    from streamasr.server.workers import run_workers
+
+    # what build() checks before it loads: a bad option is a usage error here, once
+    stream_options(model_options, paced=False)
+    engine_options(model_options)
+    backend, _ = backend_and_device(model_options)
+    check_engine_fit(model_options, choose_backend(model_options.model, backend).name)
+    share = dataclasses.replace(
+        limits, max_connections=max(1, -(-limits.max_connections // workers))
+    )
+
+    def serve_in_worker(sock: socket.socket, worker_ready: Callable[[], None]) -> int | None:
+        recognizer, options = build(model_options, paced=False)
+        server = StreamServer(recognizer, options, share, security)
+        return run_server(server, None, None, lambda _: worker_ready(), sock)
+
+    try:
+        return run_workers(workers, host, port, serve_in_worker, ready)
+    except RuntimeError as exc:
+        raise StreamAsrError(str(exc)) from None
 
 
 def register(app: typer.Typer) -> None:
@@ -103,6 +155,13 @@ def register(app: typer.Typer) -> None:
         keyfile: Annotated[
             str | None, typer.Option(help="TLS private key (PEM), if not in --certfile.")
         ] = None,
+        workers: Annotated[
+            int,
+            typer.Option(
+                help="Server processes, each with its own model, sharing the port (one per "
+                "core); --max-connections is shared out among them."
+            ),
+        ] = 1,
         verbose: VerboseOpt = False,
     ) -> None:
         """Serve the model over WebSocket: many clients, one engine, batched steps."""
@@ -141,10 +200,8 @@ def register(app: typer.Typer) -> None:
                 keyfile=keyfile,
             )
             security.ssl_context()  # a bad certificate is a usage error before the model loads
-            recognizer, options = build(model_options, paced=False)
-            from streamasr.server.app import StreamServer, run_server
-
-            server = StreamServer(recognizer, options, limits, security)
+            if not 1 <= workers <= MAX_WORKERS:
+                raise UsageError(f"--workers {workers}: use 1 to {MAX_WORKERS}")
             scheme = "wss" if certfile else "ws"
             page = "https" if certfile else "http"
 
@@ -159,7 +216,16 @@ def register(app: typer.Typer) -> None:
                 err_console.file.flush()
 
             try:
-                stopped_by = run_server(server, host, port, ready)
+                if workers == 1:
+                    from streamasr.server.app import StreamServer, run_server
+
+                    recognizer, options = build(model_options, paced=False)
+                    server = StreamServer(recognizer, options, limits, security)
+                    stopped_by = run_server(server, host, port, ready)
+                else:
+                    stopped_by = serve_workers(
+                        workers, host, port, model_options, limits, security, ready
+                    )
             except OSError as exc:
                 raise StreamAsrError(
                     f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another "

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -353,9 +354,15 @@ class StreamServer:
             )
 
     async def serve(
-        self, host: str, port: int, on_ready: Callable[[list[tuple[str, int]]], None]
+        self,
+        host: str | None,
+        port: int | None,
+        on_ready: Callable[[list[tuple[str, int]]], None],
+        sock: socket.socket | None = None,
     ) -> None:
-        """Serve until SIGTERM/SIGINT; then drain within the grace period and return."""
+        """Serve until SIGTERM/SIGINT; then drain within the grace period and return.
+
+        `sock`: a listening socket to serve on instead of `host` and `port` (--workers)."""
         from websockets.asyncio.server import serve
 
         loop = asyncio.get_running_loop()
@@ -379,6 +386,7 @@ class StreamServer:
                 close_timeout=5,
                 max_size=limits.max_frame_bytes,
                 server_header=None,
+                sock=sock,
             ) as server:
                 on_ready([sock.getsockname()[:2] for sock in server.sockets])
                 await self._stop.wait()
@@ -423,8 +431,12 @@ def _response(status: int, body: bytes, content_type: str) -> Any:
 
 
 def run_server(
-    server: StreamServer, host: str, port: int, on_ready: Callable[[list[tuple[str, int]]], None]
+    server: StreamServer,
+    host: str | None,
+    port: int | None,
+    on_ready: Callable[[list[tuple[str, int]]], None],
+    sock: socket.socket | None = None,
 ) -> int | None:
     """Run until stopped; the stop signal's number (None if none came)."""
-    asyncio.run(server.serve(host, port, on_ready))
+    asyncio.run(server.serve(host, port, on_ready, sock))
     return server.stop_signal

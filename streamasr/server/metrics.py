@@ -14,7 +14,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.active_sessions = Gauge(
-            "streamasr_active_sessions", "Open WebSocket connections", registry=r
+            "streamasr_active_sessions", "Open WebSocket connections", registry=r,
+            multiprocess_mode="livesum",  # with --workers: the sum over live workers
         )
         self.connections = Counter(
             "streamasr_connections", "WebSocket connections accepted", registry=r
@@ -65,7 +66,15 @@ class Metrics:
             self.first_token.labels("wall").observe(wall)
 
     def render(self) -> tuple[bytes, str]:
-        """The exposition text and its content type."""
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        """The exposition text and its content type (summed over workers with --workers)."""
+        import os
 
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+        registry = self.registry
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
