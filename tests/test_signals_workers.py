@@ -74,10 +74,14 @@ class Run:
     def pid(self) -> int:
         return self.process.pid
 
-    def stop(self, signum: int, timeout: float = 60) -> tuple[int, float]:
-        """Send `signum` to this process alone; its exit code and seconds until it ended."""
+    def stop(self, signum: int, timeout: float = 60, group: bool = False) -> tuple[int, float]:
+        """Send `signum` to this process alone (or to its whole process group, as a terminal's
+        Ctrl-C does); its exit code and seconds until it ended."""
         sent = time.monotonic()
-        os.kill(self.pid, signum)
+        if group:
+            os.killpg(self.pid, signum)
+        else:
+            os.kill(self.pid, signum)
         code = self.wait(timeout)
         return code, time.monotonic() - sent
 
@@ -196,9 +200,13 @@ def bench_speech(manifest: Path, out: Path, *extra: str) -> Run:
                 "--workers", "2", "--out", str(out), *extra])
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("signum", "code", "group"),
+    [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, False), (signal.SIGINT, 130, True)],
+    ids=["SIGINT-parent", "SIGTERM-parent", "SIGINT-group"],
+)
 def test_a_signal_to_the_bench_parent_stops_every_worker_and_keeps_the_finished_rows(
-    speech_set: Path, tmp_path: Path, signum: int, code: int
+    speech_set: Path, tmp_path: Path, signum: int, code: int, group: bool
 ) -> None:
     out = tmp_path / "out"
     # --realtime: each utterance takes as long as its audio, so the signal lands mid-run
@@ -206,8 +214,9 @@ def test_a_signal_to_the_bench_parent_stops_every_worker_and_keeps_the_finished_
     wait_until(lambda: len(lines(out / "utterances.jsonl")) >= 1, 180, "a first row", run)
     workers = workers_of(run.pid)
     assert len(workers) == 2, workers
-    exit_code, took = run.stop(signum)
-    print(f"{signal.Signals(signum).name} to bench --workers 2: exit after {took:.2f} s")
+    exit_code, took = run.stop(signum, group=group)
+    to = "the process group" if group else "the parent"
+    print(f"{signal.Signals(signum).name} to {to} of bench --workers 2: exit after {took:.2f} s")
     assert exit_code == code, run.stderr
     assert took < STOP_LIMIT_S, run.stderr
     assert gone_within(workers, 2.0), f"workers left running: {workers}"
