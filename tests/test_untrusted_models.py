@@ -24,6 +24,7 @@ import yaml
 
 from streamasr.backends import nemo_archive
 from streamasr.errors import ModelError
+from streamasr.onnx_meta import external_data_locations
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"
@@ -380,6 +381,7 @@ def sherpa_copy(tmp_path: Path, name: str) -> Path:
 @pytest.mark.parametrize("model, file_name", [
     ("tiny-random-ctc", "tokens.txt"),
     ("tiny-random-bpe", "bpe.vocab"),
+    ("tiny-random-ctc", "ctc-epoch-0-avg-1-chunk-16-left-64.onnx"),
 ])
 def test_a_model_file_linked_from_outside_the_folder_is_refused(tmp_path, model, file_name):
     folder = sherpa_copy(tmp_path, model)
@@ -399,8 +401,8 @@ def test_a_link_that_stays_inside_the_folder_is_fine(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("location", ["../../etc/passwd", "/etc/passwd", "sub/../../x"])
-def test_onnx_external_data_outside_the_folder_is_refused(tmp_path, location):
+def with_external_data(tmp_path: Path, location: str) -> Path:
+    """A copy of tiny-random-ctc whose ONNX file keeps one tensor in `location`."""
     import onnx
     from onnx import TensorProto
 
@@ -413,6 +415,20 @@ def test_onnx_external_data_outside_the_folder_is_refused(tmp_path, location):
     entry.key, entry.value = "location", location
     model.graph.initializer.append(tensor)
     path.write_bytes(model.SerializeToString())
+    return folder
+
+
+def test_onnx_external_data_inside_the_folder_is_allowed(tmp_path):
+    from streamasr import modeldir
+
+    folder = with_external_data(tmp_path, "weights/borrowed.bin")
+    assert external_data_locations(next(folder.glob("*.onnx"))) == ("weights/borrowed.bin",)
+    assert modeldir.resolve_model(str(folder)).kind == "ctc"  # checked, not refused
+
+
+@pytest.mark.parametrize("location", ["../../etc/passwd", "/etc/passwd", "sub/../../x"])
+def test_onnx_external_data_outside_the_folder_is_refused(tmp_path, location):
+    folder = with_external_data(tmp_path, location)
     assert_refused(cli("file", str(CLIP), "--model", str(folder)),
                    f"keeps tensor data in {location!r}, outside the model folder")
 
