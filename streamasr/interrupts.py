@@ -53,7 +53,8 @@ class _State:
     """One run's stop signals, shared by the handler (main thread) and the watcher."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # reentrant: the handler runs in the main thread, possibly inside a block holding it
+        self.lock = threading.RLock()
         self.received: list[int] = []
         self.handled = threading.Event()  # the main thread ran the handler
         self.done = threading.Event()  # the run is over; the watcher stands down
