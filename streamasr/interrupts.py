@@ -67,6 +67,7 @@ class _State:
 _state = _State()
 _watcher: threading.Thread | None = None
 _wakeup_read = -1
+_wakeup_write = -1
 
 
 def signal_name(signum: int) -> str:
@@ -79,19 +80,19 @@ def signal_name(signum: int) -> str:
 
 def install(say: Say) -> None:
     """Handle the stop signals for one run (main thread only); `say` prints one line."""
-    global _state, _watcher, _wakeup_read
+    global _state, _watcher, _wakeup_read, _wakeup_write
     _state.done.set()
     _state = _State()
     _state.say = say
     for signum in STOP_SIGNALS:
         signal.signal(signum, _on_signal)
     if _watcher is None:
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(write_fd, False)
-        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        _wakeup_read = read_fd
+        _wakeup_read, _wakeup_write = os.pipe()
+        os.set_blocking(_wakeup_write, False)
         _watcher = threading.Thread(target=_watch, name="streamasr-stop-watcher", daemon=True)
         _watcher.start()
+    # every run: an event loop (streamasr serve) may have taken the wakeup fd and cleared it
+    signal.set_wakeup_fd(_wakeup_write, warn_on_full_buffer=False)
 
 
 def finished() -> None:
