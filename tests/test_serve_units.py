@@ -1,0 +1,126 @@
+"""The parts of `streamasr serve` that need no server: the protocol, limits, the token, the
+slow-client rule."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from streamasr.audio import to_mono
+from streamasr.backends.base import EndpointOptions
+from streamasr.errors import InputError, UsageError
+from streamasr.server.app import Connection
+from streamasr.server.limits import Security, ServerLimits, check_limits, load_token
+from streamasr.server.protocol import (
+    CLOSE_INVALID,
+    CLOSE_UNSUPPORTED,
+    MAX_REASON_BYTES,
+    ProtocolError,
+    SessionConfig,
+    close_reason,
+    decode_frame,
+    encode_audio,
+    is_end,
+    parse_config,
+)
+
+SERVER_RULES = EndpointOptions()
+
+
+def test_config_defaults_and_session_settings() -> None:
+    config = parse_config(json.dumps({"sample_rate": 8000}), SERVER_RULES)
+    assert config == SessionConfig(8000)
+    ruled = parse_config(
+        json.dumps({"sample_rate": 16000, "rule2_s": 0.5, "partials": "delta"}), SERVER_RULES
+    )
+    assert ruled.endpoint == EndpointOptions(rule2_s=0.5) and ruled.partials == "delta"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "{", "[]", '{"sample_rate": 16000.5}', '{"sample_rate": true}', '{"sample_rate": 10}',
+        '{"sample_rate": 16000, "channels": 0}', '{"sample_rate": 16000, "format": "s24le"}',
+        '{"sample_rate": 16000, "rule1_s": -1}', '{"sample_rate": 16000, "rule1_s": NaN}',
+        '{"sample_rate": 16000, "realtime": "yes"}', '{"sample_rate": 16000, "type": "end"}',
+        '{"sample_rate": 16000, "source": 5}', "{}", '{"sample_rate": 16000, "extra": 1}',
+    ],
+)
+def test_bad_configs_close_with_1007(message: str) -> None:
+    with pytest.raises(ProtocolError) as caught:
+        parse_config(message, SERVER_RULES)
+    assert caught.value.code == CLOSE_INVALID and caught.value.reason
+    assert isinstance(caught.value, InputError)  # one exception tree
+
+
+def test_binary_config_and_stray_text() -> None:
+    with pytest.raises(ProtocolError) as caught:
+        parse_config(b"\x00\x01", SERVER_RULES)
+    assert caught.value.code == CLOSE_UNSUPPORTED
+    assert is_end('{"type": "end"}')
+    with pytest.raises(ProtocolError) as stray:
+        is_end('{"sample_rate": 16000}')
+    assert stray.value.code == CLOSE_UNSUPPORTED
+
+
+def test_frames_decode_like_file_reads_them() -> None:
+    rng = np.random.default_rng(0)
+    stereo = rng.integers(-32768, 32767, size=(300, 2), dtype=np.int16)
+    config = SessionConfig(16000, "s16le", 2)
+    decoded = decode_frame(stereo.tobytes(), config)
+    assert np.array_equal(decoded, to_mono(stereo.astype(np.float32) / 32768.0))
+    floats = rng.standard_normal(100).astype(np.float32)
+    f32 = SessionConfig(16000, "f32le")
+    assert np.array_equal(decode_frame(encode_audio(floats, "f32le"), f32), floats)
+    for bad, fmt, channels in ((b"\x00" * 3, "s16le", 1), (b"\x00" * 6, "s16le", 2),
+                               (np.float32([np.nan]).tobytes(), "f32le", 1)):
+        with pytest.raises(ProtocolError) as caught:
+            decode_frame(bad, SessionConfig(16000, fmt, channels))
+        assert caught.value.code == CLOSE_INVALID
+
+
+def test_close_reasons_fit_a_close_frame() -> None:
+    long = "é" * 200
+    assert len(close_reason(long).encode()) <= MAX_REASON_BYTES
+    assert close_reason("short") == "short"
+
+
+def test_limits_and_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert check_limits(ServerLimits()) == ServerLimits()
+    with pytest.raises(UsageError, match="--max-connections 0"):
+        check_limits(ServerLimits(max_connections=0))
+    with pytest.raises(UsageError, match="--grace-s"):
+        check_limits(ServerLimits(grace_s=float("inf")))
+    monkeypatch.setenv("STREAMASR_TOKEN", " env-token ")
+    assert load_token(None) == "env-token"
+    token_file = tmp_path / "token"
+    token_file.write_text("file-token\nignored\n")
+    assert load_token(str(token_file)) == "file-token"
+    token_file.write_text("\n")
+    with pytest.raises(UsageError, match="empty"):
+        load_token(str(token_file))
+    security = Security(token="file-token")
+    assert security.allows("file-token")
+    assert not security.allows("file-toke") and not security.allows(None)
+    assert Security().allows(None)
+
+
+def test_a_client_that_does_not_read_is_closed_not_waited_for() -> None:
+    async def run() -> Connection:
+        server = SimpleNamespace(limits=ServerLimits(send_queue_events=16))
+        connection = Connection(server, ws=None)  # type: ignore[arg-type]
+        connection.deliver([f'{{"n": {n}}}' for n in range(16)])
+        assert connection.stop_requested is None
+        connection.deliver(['{"n": 16}'])
+        return connection
+
+    connection = asyncio.run(run())
+    assert connection.stop_requested is not None
+    assert connection.stop_requested.kind == "slow_client"
+    assert connection.stop_requested.code == 1008
+    assert "too slow" in connection.stop_requested.reason
