@@ -5,8 +5,8 @@ AudioWorklet takes it to 16 kHz s16le and streams it to /ws. Where the capture s
 the clip is up to the browser, and the bundled model's text moves with a shift of a few
 milliseconds, so the page keeps a copy of exactly what it sent ("keep a copy"): the finals
 the page shows must equal what `streamasr file` prints for that WAV, and the first of them
-must share words with `streamasr file` on the clip itself. A screenshot is left in
-build/serve-page.png.
+must share words with `streamasr file` on the clip itself. Screenshots are left in build/:
+serve-page-live.png while listening, serve-page.png after Stop.
 """
 
 from __future__ import annotations
@@ -93,11 +93,12 @@ def test_page_finals_equal_file_on_the_audio_sent(
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#finals .final"))
     first_seen = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#finals .final")]
     latency = browser.find_element(By.ID, "latency").text
+    (REPO / "build").mkdir(exist_ok=True)
+    browser.save_screenshot(str(REPO / "build" / "serve-page-live.png"))  # while listening
     browser.find_element(By.ID, "stop").click()
     wait.until(lambda d: d.find_element(By.ID, "status").text.startswith("stopped"))
     wait.until(lambda d: d.find_element(By.ID, "copy").is_displayed())
     shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#finals .final")]
-    (REPO / "build").mkdir(exist_ok=True)
     browser.save_screenshot(str(REPO / "build" / "serve-page.png"))
     sent = tmp_path / "sent.wav"
     browser.set_script_timeout(WAIT_S)
