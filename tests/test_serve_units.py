@@ -124,3 +124,44 @@ def test_a_client_that_does_not_read_is_closed_not_waited_for() -> None:
     assert connection.stop_requested.kind == "slow_client"
     assert connection.stop_requested.code == 1008
     assert "too slow" in connection.stop_requested.reason
+
+
+class _SilentSocket:
+    """A WebSocket whose client never sends anything."""
+
+    remote_address = ("127.0.0.1", 0)
+    close_code = None
+
+    async def recv(self) -> str:
+        await asyncio.sleep(3600)
+        return ""
+
+
+@pytest.mark.parametrize(
+    ("limits", "waiting_for", "kind", "words"),
+    [
+        (ServerLimits(max_session_s=0.05), "idle", "session_limit", "--max-session-s"),
+        (ServerLimits(idle_timeout_s=0.05), "idle", "idle", "--idle-timeout-s"),
+        (ServerLimits(), "config", "handshake_timeout", "no config within 0.05 s"),
+    ],
+)
+def test_limits_end_a_silent_connection(
+    limits: ServerLimits, waiting_for: str, kind: str, words: str
+) -> None:
+    from streamasr.server.app import _Stop
+
+    async def run() -> _Stop:
+        connection = Connection(SimpleNamespace(limits=limits), _SilentSocket())  # type: ignore[arg-type]
+        timeout = 0.05 if waiting_for == "config" else limits.idle_timeout_s
+        try:
+            await connection._receive(timeout, waiting_for)
+        except _Stop as stop:
+            return stop
+        finally:
+            if connection._recv is not None:
+                connection._recv.cancel()
+        raise AssertionError("not stopped")
+
+    stop = asyncio.run(run())
+    assert stop.kind == kind and words in stop.reason
+    assert stop.flush == (kind != "handshake_timeout")  # an open utterance gets its final
