@@ -494,3 +494,14 @@ def test_mic_outputs_on_a_file_system_without_inodes_or_read_only(
     assert done.returncode == code, done.stderr.decode()
     line = one_error_line(done)
     assert f"{option} {target}" in line and says in line, line
+
+
+def test_results_files_on_a_disk_that_filled_up_during_the_run(tmp_path: Path) -> None:
+    """results.json is written after the last utterance; a disk full by then is one line
+    pointing at the records already on disk (/dev/full stands in for the full disk)."""
+    from streamasr.bench.outdir import ResultsFolderError, write_result_file
+
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full")
+    with pytest.raises(ResultsFolderError, match=r"no space left.*utterances\.jsonl"):
+        write_result_file(Path("/dev/full"), "{}\n")
