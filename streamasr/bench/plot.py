@@ -80,8 +80,8 @@ def plot_tradeoff(doc: dict[str, Any], path: Path) -> None:
         from streamasr.bench.outdir import ResultsFolderError
 
         raise ResultsFolderError(
-            f"--plot {path}: cannot write it ({exc.strerror or exc}); the results files are "
-            "written, draw the plot elsewhere"
+            f"--plot {path}: cannot write it ({exc.strerror or exc}); give --plot a writable "
+            "path (results.json and results.md are written)"
         ) from None
     finally:
         plt.close(fig)
