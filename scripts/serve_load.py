@@ -3,6 +3,7 @@
 
     python scripts/serve_load.py --clients 8 --utterances 3            # starts its own server
     python scripts/serve_load.py --url ws://127.0.0.1:6006/ws --clients 16 --realtime
+    python scripts/serve_load.py --clients 16 --realtime --workers 2     # two processes
 
 N clients connect at once; each streams bundled clips (utterance after utterance over one
 connection) and measures, per utterance: the time from its end message to the summary
@@ -100,7 +101,8 @@ def read_metrics(http: str) -> str:
 def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen(
         [sys.executable, "-m", "streamasr", "serve", "--model", args.model, "--port", "0",
-         "--max-connections", str(MAX_CLIENTS), "--max-batch", str(args.max_batch)],
+         "--max-connections", str(MAX_CLIENTS), "--max-batch", str(args.max_batch),
+         "--workers", str(args.workers)],
         cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )
     assert process.stderr is not None
@@ -164,6 +166,7 @@ def main() -> None:
     parser.add_argument("--url", help="ws://127.0.0.1:PORT/ws; default: start a server")
     parser.add_argument("--model", default="tiny-en", help="model of the server started here")
     parser.add_argument("--max-batch", type=int, default=32, help="of the server started here")
+    parser.add_argument("--workers", type=int, default=1, help="of the server started here")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--utterances", type=int, default=3, help="per client")
     parser.add_argument("--realtime", action="store_true", help="send at live speed")
