@@ -245,6 +245,22 @@ def test_traversal_and_links_inside_the_nemo_are_refused(tmp_path, kind):
     assert not marker.exists()
 
 
+def test_a_compressed_nemo_that_unpacks_to_too_much_is_refused_before_unpacking(tmp_path):
+    import gzip
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.addfile(_member("./model_weights.ckpt"), None)  # empty
+        zeros = _member("./zeros")
+        zeros.size = 100 << 20
+        tar.addfile(zeros, io.BytesIO(bytes(zeros.size)))
+    bomb_file = tmp_path / "zeros.nemo"
+    bomb_file.write_bytes(gzip.compress(buffer.getvalue()))
+    with pytest.raises(ModelError, match="unpacks to 100 MB, more than the 64 MB allowed"), \
+            nemo_archive.opened(bomb_file):
+        pass
+
+
 def test_not_a_tar_archive_is_one_line(tmp_path):
     broken = tmp_path / "broken.nemo"
     broken.write_bytes(b"no tar here" * 100)

@@ -22,6 +22,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +122,7 @@ def unpack(path: Path, dest: Path) -> None:
     try:  # a first pass over the headers: readable at all, and within the cap
         with tarfile.open(path, "r:*") as tar:
             total = sum(member.size for member in tar if member.isfile())
-    except (tarfile.TarError, OSError, EOFError) as exc:
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0].rstrip(":")
         raise ModelError(
             f"NeMo could not load {path}: it is not a readable tar archive ({first}). "
@@ -129,9 +130,9 @@ def unpack(path: Path, dest: Path) -> None:
         ) from exc
     if total > cap:
         raise _refuse(
-            path, f"it unpacks to {total >> 20} MB, more than {cap >> 20} MB "
-            f"({UNPACK_FACTOR}x its size)", "a .nemo is an uncompressed or gzip tar of its "
-            "weights; use the file as released",
+            path, f"it unpacks to {total >> 20} MB, more than the {cap >> 20} MB allowed "
+            f"({UNPACK_FACTOR}x its size, at least {MIN_UNPACK_BYTES >> 20} MB)",
+            "a .nemo is an uncompressed or gzip tar of its weights; use the file as released",
         )
     store.safe_extract(path, dest, cap)
 
