@@ -466,7 +466,7 @@ def steps_markdown(s: dict[str, Any]) -> list[str]:
     lines = [f"## Cost per step along one utterance ({s['model']}, {s['audio_s'] / 60:.1f} min, "
              f"no endpointing, interleaved in one process)", "",
              f"Load average {load[0]:.1f} before, {load[1]:.1f} after, on {s['cpus']} cores. "
-             "Loop-only: a step's wall time minus the engine's decode_stream. The curve is the "
+             "Loop-only: a step's CPU time after the engine's decode_stream. The curve is the "
              "median in ten equal runs of steps, first to last; flat means constant work per "
              "step.", "",
              "| variant | wall / bare | CPU / bare | loop µs, first tenth | last tenth | "

@@ -11,8 +11,9 @@ One long utterance (the bundled clips one after another, no endpointing) goes th
 
 The variants run interleaved in one process on one loaded model (so other work on the
 machine hits them alike), each repetition in a fresh stream. Per step it records the loop-only
-cost: the wall time of the step minus the engine's `decode_stream`, i.e. reading the
-hypothesis, assembling text, events and JSONL. A flat curve (slope ~0 µs per 100 steps,
+cost: the CPU time (this thread's, so a step that another process preempts is not counted as
+slow) of everything after the engine's `decode_stream`, i.e. reading the hypothesis,
+assembling text, events and JSONL. A flat curve (slope ~0 µs per 100 steps,
 taken between the medians of the first and the last tenth of the steps) means a step costs the
 same at the end of a long utterance as at its start. Wall and CPU time ratios against the
 bare loop are printed side by side, with the machine's load average.
@@ -90,12 +91,10 @@ def run_bare(engine: Any, samples: np.ndarray, block: int) -> tuple[list[float],
     for begin in range(0, len(samples), block):
         stream.accept_waveform(RATE, samples[begin : begin + block])
         while engine.is_ready(stream):
-            t0 = time.perf_counter()
             engine.decode_stream(stream)
-            t1 = time.perf_counter()
+            t1 = time.thread_time()
             engine.get_result(stream)
-            loop.append(time.perf_counter() - t1)
-            del t0
+            loop.append(time.thread_time() - t1)
     return loop, 0
 
 
@@ -121,10 +120,10 @@ def run_session(recognizer: Any, samples: np.ndarray, block: int, variant: str) 
             ready = session.stream.decode_step()
             if not ready:
                 break
-            t1 = time.perf_counter()
+            t1 = time.thread_time()
             for event in session.after_step():
                 renderer.event(event)
-            loop.append(time.perf_counter() - t1)
+            loop.append(time.thread_time() - t1)
     for event in session.finish():
         renderer.event(event)
     return loop, sink.bytes
@@ -132,8 +131,7 @@ def run_session(recognizer: Any, samples: np.ndarray, block: int, variant: str) 
 
 def summarise(loops: list[list[float]], bins: int = 10) -> dict[str, Any]:
     """Median over repetitions of the per-step cost: at the start, at the end, the slope, and
-    the curve (median µs in `bins` equal runs of steps, first to last). Medians, because a
-    step that another process preempts costs milliseconds more."""
+    the curve (median µs in `bins` equal runs of steps, first to last)."""
     steps = min(len(loop) for loop in loops)
     per_step = np.median(np.array([loop[:steps] for loop in loops]), axis=0)
     tenth = max(1, steps // 10)
