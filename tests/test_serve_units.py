@@ -7,6 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -165,3 +166,32 @@ def test_limits_end_a_silent_connection(
     stop = asyncio.run(run())
     assert stop.kind == kind and words in stop.reason
     assert stop.flush == (kind != "handshake_timeout")  # an open utterance gets its final
+
+
+def test_copies_of_one_stop_signal_count_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    from streamasr.server import app
+    from streamasr.server.limits import Security
+    from streamasr.stream import StreamOptions
+
+    now = [100.0]
+    monkeypatch.setattr(app.time, "monotonic", lambda: now[0])
+    server = app.StreamServer(None, StreamOptions(), ServerLimits(), Security())  # type: ignore[arg-type]
+    stops: list[str] = []
+
+    class Open:
+        def request_stop(self, stop: Any) -> None:
+            stops.append(stop.kind)
+
+    server.connections.add(Open())  # type: ignore[arg-type]
+    try:
+        server.request_stop(signal.SIGTERM)
+        now[0] += 0.2
+        server.request_stop(signal.SIGTERM)  # the same stop, from another sender
+        assert stops == [] and server.stop_signal == signal.SIGTERM
+        now[0] += 2.0
+        server.request_stop(signal.SIGINT)  # a second stop: the grace period ends now
+        assert stops == ["shutdown"] and server.stop_signal == signal.SIGTERM
+    finally:
+        server.scheduler.close()

@@ -40,6 +40,8 @@ STATIC = {
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/worklet.js": ("worklet.js", "text/javascript; charset=utf-8"),
 }
+#: Stop signals this close to the first are copies of it, not a second stop.
+DUPLICATE_SIGNAL_S = 1.0
 #: How long the last final and summary may take to reach a client before the close.
 FLUSH_TIMEOUT_S = 10.0
 
@@ -270,6 +272,7 @@ class StreamServer:
         self.stopping = False
         self.stop_signal: int | None = None
         self._stop = asyncio.Event()
+        self._stop_at = 0.0
 
     # -- HTTP -------------------------------------------------------------------------------
 
@@ -339,12 +342,22 @@ class StreamServer:
     # -- serving ----------------------------------------------------------------------------
 
     def request_stop(self, signum: int) -> None:
-        """SIGTERM/SIGINT: stop accepting and let open sessions finish (a second one: now)."""
+        """SIGTERM/SIGINT: stop accepting and let open sessions finish; a second signal
+        ends the grace period at once.
+
+        Copies of one stop that arrive together (Ctrl-C reaches a whole process group,
+        systemd signals a whole cgroup, and a --workers parent passes its own on) count
+        once: a signal within DUPLICATE_SIGNAL_S of the first is not a second one.
+        """
+        now = time.monotonic()
         if self._stop.is_set():
+            if now - self._stop_at < DUPLICATE_SIGNAL_S:
+                return
             log.warning("second stop signal: closing open sessions now")
             self._close_sessions()
             return
         self.stop_signal = signum
+        self._stop_at = now
         self._stop.set()
 
     def _close_sessions(self) -> None:
