@@ -140,7 +140,7 @@ def open_source(path: str, raw: RawFormat | None = None) -> AudioSource:
             return PcmStreamSource("stdin", stream, layout, owns=False)
         return PcmStreamSource("stdin", stream, read_wav_header("stdin", stream), owns=False)
     if raw is not None:
-        _check_path(path)
+        check_path(path)
         try:
             handle = open(path, "rb")  # noqa: SIM115 - the source owns and closes it
         except OSError as exc:
@@ -149,7 +149,8 @@ def open_source(path: str, raw: RawFormat | None = None) -> AudioSource:
     return FileSource(path)
 
 
-def _check_path(path: str) -> None:
+def check_path(path: str) -> None:
+    """A missing file or a folder, said in one line (before anything is opened)."""
     file = Path(path)
     if not file.exists():
         raise InputError(f"{path}: no such file; check the path")
@@ -180,7 +181,7 @@ class FileSource:
         import soundfile as sf
 
         self.name = path
-        _check_path(path)
+        check_path(path)
         try:
             self._file = sf.SoundFile(path)
         except (sf.LibsndfileError, RuntimeError, TypeError) as exc:

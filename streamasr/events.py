@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
+from streamasr.captions import Word, words_of
+
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
@@ -89,6 +91,14 @@ class Final(Event):
     end_s: float
     tokens: tuple[str, ...] = ()
     token_times_s: tuple[float, ...] = ()
+    # words (CJK characters one by one) with start/end, built from the tokens' times when not
+    # given (captions.words_of says how)
+    words: tuple[Word, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.words and self.tokens and len(self.token_times_s) == len(self.tokens):
+            words = words_of(self.tokens, self.token_times_s, self.end_s)
+            object.__setattr__(self, "words", words)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ onnxruntime and torch do); an engine stuck while holding the GIL stops every thr
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import select
@@ -87,12 +88,22 @@ def install(say: Say) -> None:
     for signum in STOP_SIGNALS:
         signal.signal(signum, _on_signal)
     if _watcher is None:
-        _wakeup_read, _wakeup_write = os.pipe()
+        _wakeup_read, _wakeup_write = (_above_stdio(fd) for fd in os.pipe())
         os.set_blocking(_wakeup_write, False)
         _watcher = threading.Thread(target=_watch, name="streamasr-stop-watcher", daemon=True)
         _watcher.start()
     # every run: an event loop (streamasr serve) may have taken the wakeup fd and cleared it
     signal.set_wakeup_fd(_wakeup_write, warn_on_full_buffer=False)
+
+
+def _above_stdio(fd: int) -> int:
+    """The same pipe end on a descriptor above 2: started with stdin, stdout or stderr
+    closed, os.pipe() hands out those numbers, and the CLI later points them at /dev/null."""
+    if fd > 2:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return moved
 
 
 def finished() -> None:

@@ -10,6 +10,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import IO, Protocol
 
 from rich.console import Console, Group, RenderableType
@@ -18,13 +19,14 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from streamasr.captions import Word, caption_time, cues_of, sentence_case
 from streamasr.errors import StreamAsrError
 from streamasr.events import Event, Final, FirstToken, Partial, StreamSummary
 from streamasr.level import LevelReading
 from streamasr.progress import ProgressReading, ProgressTracker
 from streamasr.tokens import shared_prefix_len
 
-FORMATS = ("live", "text", "jsonl", "srt")
+FORMATS = ("live", "text", "jsonl", "srt", "vtt")
 #: How JSONL writes partials: each whole ("full"), or what changed since the previous one
 PARTIALS = ("full", "delta")
 
@@ -231,38 +233,77 @@ class JsonlRenderer:
         self.out.flush()
 
 
-def srt_time(seconds: float) -> str:
-    """SRT timestamp HH:MM:SS,mmm."""
-    millis = max(0, round(seconds * 1000))
-    hours, rest = divmod(millis, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    secs, millis = divmod(rest, 1000)
-    return f"{hours:02d}:{minutes:02d}:{secs:02d},{millis:03d}"
+class SubtitleRenderer:
+    """SRT or WebVTT cues from finals, written as each final is committed (live, not at the
+    end). Cues follow common caption rules (captions.py): two lines of 42 characters at most,
+    7 s at most, split between words by their times, never overlapping. Several inputs in
+    one WebVTT: each input's cues follow a NOTE naming it, numbered from 1 again (SRT has no
+    comments: the file command asks for --output-dir instead)."""
 
-
-class SrtRenderer:
-    """Subtitles from finals, written as each final is committed (live, not at the end)."""
-
-    def __init__(self, out: IO[str], err: Console, realtime: bool) -> None:
+    def __init__(self, out: IO[str], err: Console, realtime: bool, vtt: bool = False) -> None:
         self.out = out
         self.err = err
         self.realtime = realtime
+        self.vtt = vtt
         self._index = 0
+        self._last_end_s = 0.0
+        self._inputs = 0
 
     def begin(self, source: str) -> None:
-        pass
+        if self.vtt and self._inputs == 0:
+            self.out.write("WEBVTT\n\n")
+        if self.vtt and source:
+            self.out.write(f"NOTE {source.replace('-->', '->')}\n\n")
+        self._inputs += 1
+        self._index = 0
+        self._last_end_s = 0.0
 
     def event(self, event: Event) -> None:
-        if isinstance(event, Final):
+        if not isinstance(event, Final) or not event.text.strip():
+            return
+        separator = "." if self.vtt else ","
+        for cue in cues_of(event.words or _even_words(event), self._last_end_s):
             self._index += 1
-            self.out.write(
-                f"{self._index}\n{srt_time(event.start_s)} --> {srt_time(event.end_s)}\n"
-                f"{event.text}\n\n"
-            )
-            self.out.flush()
+            start, end = caption_time(cue.start_s, separator), caption_time(cue.end_s, separator)
+            self.out.write(f"{self._index}\n{start} --> {end}\n" + "\n".join(cue.lines) + "\n\n")
+            self._last_end_s = cue.end_s
+        self.out.flush()
 
     def end(self, summary: StreamSummary) -> None:
         self.err.print(escape(summary_line(summary, self.realtime)), highlight=False)
+
+
+class SentenceCaseRenderer:
+    """Finals in sentence case ('The right time to act') for all-caps models that have no
+    punctuation model; everything else passes through unchanged."""
+
+    def __init__(self, inner: Renderer) -> None:
+        self.inner = inner
+
+    def begin(self, source: str) -> None:
+        self.inner.begin(source)
+
+    def event(self, event: Event) -> None:
+        if isinstance(event, Final) and event.text:
+            cased = sentence_case(event.text).split()
+            words = event.words
+            if len(cased) == len(words):
+                words = tuple(replace(w, text=t) for w, t in zip(words, cased, strict=True))
+            event = replace(event, text=sentence_case(event.text), words=words)
+        self.inner.event(event)
+
+    def end(self, summary: StreamSummary) -> None:
+        self.inner.end(summary)
+
+
+def _even_words(final: Final) -> tuple[Word, ...]:
+    """Words spread evenly over the final, for engines that give no token times."""
+    texts = final.text.split()
+    step = (final.end_s - final.start_s) / max(1, len(texts))
+    return tuple(
+        Word(text, final.start_s + i * step, final.start_s + (i + 1) * step)
+        for i, text in enumerate(texts)
+    )
 
 
 def text_header(source: str) -> str:

@@ -50,24 +50,28 @@ def test_jsonl_parses_line_by_line_and_carries_times(speech_16k: Path) -> None:
     )
 
 
-def test_srt_numbering_and_times_are_valid(speech_16k: Path) -> None:
-    result = invoke(str(speech_16k), str(speech_16k), *MODEL, "--format", "srt", "--rule3", "1.5")
+def test_srt_numbering_times_and_cue_shapes_are_valid(speech_16k: Path) -> None:
+    result = invoke(str(speech_16k), *MODEL, "--format", "srt", "--rule3", "1.5")
     assert result.exit_code == 0, result.output
     blocks = result.stdout.strip().split("\n\n")
-    assert len(blocks) >= 4  # rule3 cuts every 1.5 s, two files
+    assert len(blocks) >= 2  # rule3 cuts every 1.5 s
     stamp = re.compile(r"^(\d\d):(\d\d):(\d\d),(\d\d\d) --> (\d\d):(\d\d):(\d\d),(\d\d\d)$")
     previous_end = -1.0
     for number, block in enumerate(blocks, start=1):
         index, times, text = block.split("\n", 2)
         assert int(index) == number and text.strip()
+        assert len(text.splitlines()) <= 2 and all(len(line) <= 42 for line in text.splitlines())
         h1, m1, s1, ms1, h2, m2, s2, ms2 = map(int, stamp.match(times).groups())
         start = h1 * 3600 + m1 * 60 + s1 + ms1 / 1000
         end = h2 * 3600 + m2 * 60 + s2 + ms2 / 1000
-        assert start <= end
-        if number == len(blocks) // 2 + 1:
-            previous_end = -1.0  # second file starts again at 0
-        assert start >= previous_end
+        assert previous_end <= start <= end <= start + 7.0  # never overlapping, at most 7 s
         previous_end = end
+
+
+def test_several_inputs_in_one_srt_are_refused_with_the_way_out(speech_16k: Path) -> None:
+    result = invoke(str(speech_16k), str(speech_16k), *MODEL, "--format", "srt")
+    assert result.exit_code == 2
+    assert "--output-dir" in result.stderr and "--format vtt" in result.stderr
 
 
 def test_chunk_option_selects_and_refuses(speech_16k: Path) -> None:

@@ -82,6 +82,7 @@ def test_a_script_can_split_the_output_back_into_files(single: dict[str, str]) -
 
 def test_other_formats_are_unchanged_by_several_inputs() -> None:
     jsonl = cli(A, B, "--format", "jsonl").stdout
-    srt = cli(A, B, "--format", "srt").stdout
-    assert "==>" not in jsonl and "==>" not in srt
+    vtt = cli(A, B, "--format", "vtt").stdout
+    assert "==>" not in jsonl and "==>" not in vtt
+    assert vtt.startswith("WEBVTT\n") and vtt.count("\nNOTE ") == 2
     assert jsonl.count('"type": "summary"') == 2

@@ -24,7 +24,7 @@ from streamasr.render import (
     JsonlRenderer,
     LiveRenderer,
     Renderer,
-    SrtRenderer,
+    SubtitleRenderer,
     TextRenderer,
 )
 
@@ -163,8 +163,8 @@ def make_renderer(fmt: str, realtime: bool, partials: str = "full") -> Renderer:
         return LiveRenderer(Console(), err_console, realtime)
     if fmt == "jsonl":
         return JsonlRenderer(sys.stdout, partials)
-    if fmt == "srt":
-        return SrtRenderer(sys.stdout, err_console, realtime)
+    if fmt in ("srt", "vtt"):
+        return SubtitleRenderer(sys.stdout, err_console, realtime, vtt=fmt == "vtt")
     return TextRenderer(sys.stdout, err_console, realtime)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Annotated
 
 import numpy as np
@@ -15,6 +16,7 @@ from streamasr.audio import (
     STDIN_NAME,
     AudioSource,
     RawFormat,
+    check_path,
     check_raw_format,
     next_input,
     open_source,
@@ -39,9 +41,16 @@ from streamasr.commands.common import (
     setup_logging,
 )
 from streamasr.commands.options import ModelOptions, build, with_model_options
+from streamasr.commands.output_dir import OutputDirRenderer, check_output_dir, parse_formats
 from streamasr.commands.remote import ServerOpt, file_over_server
 from streamasr.errors import InputError, UsageError
-from streamasr.render import LiveRenderer, ProgressDisplay, Renderer, TextRenderer
+from streamasr.render import (
+    LiveRenderer,
+    ProgressDisplay,
+    Renderer,
+    SentenceCaseRenderer,
+    TextRenderer,
+)
 from streamasr.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
@@ -139,6 +148,17 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = None,
         partials: PartialsOpt = "full",
         server: ServerOpt = None,
+        output_dir: Annotated[
+            Path | None,
+            typer.Option("--output-dir", "-o", help="Write one file per input and per format "
+                         "into this folder, named after the input (talk.wav -> talk.srt); "
+                         "--format takes several here: txt,jsonl,srt,vtt (default txt)."),
+        ] = None,
+        sentence_case: Annotated[
+            bool,
+            typer.Option("--sentence-case", help="Finals in sentence case ('The right time to "
+                         "act') for models that write all capitals."),
+        ] = False,
         verbose: VerboseOpt = False,
     ) -> None:
         """Stream audio files in fixed blocks: live partials, finals, first-token timing."""
@@ -150,13 +170,28 @@ def register(app: typer.Typer) -> None:
             return
         with cli_errors():
             raw_format = raw_input_format(raw, rate, channels)
-            fmt_name = choose_format(fmt)
-            check_partials(partials, fmt_name)
+            renderer: Renderer
+            if output_dir is not None:
+                formats = parse_formats(fmt)
+                check_partials(partials, "jsonl" if "jsonl" in formats else formats[0])
+                check_output_dir(output_dir, paths)
+                renderer = OutputDirRenderer(output_dir, formats, err_console, realtime, partials)
+            else:
+                fmt_name = choose_format(fmt)
+                check_partials(partials, fmt_name)
+                if fmt_name == "srt" and len(paths) > 1:
+                    raise UsageError(
+                        "several inputs in one SRT would restart its times; use --output-dir DIR "
+                        "for one .srt per input, or --format vtt (one file, a NOTE per input)"
+                    )
+                renderer = make_renderer(fmt_name, realtime, partials)
+            check_inputs_exist(paths)
             recognizer, options = build(model_options, paced=realtime)
-            renderer = make_renderer(fmt_name, realtime, partials)
         if isinstance(renderer, TextRenderer) and len(paths) > 1:
             renderer.headers = True
         progress = progress_display(renderer)
+        if sentence_case:
+            renderer = SentenceCaseRenderer(renderer)
         failed = 0
         for path in paths:
             try:
@@ -170,6 +205,25 @@ def register(app: typer.Typer) -> None:
         if failed:
             err_console.print(f"{failed} of {len(paths)} inputs failed", highlight=False)
             raise typer.Exit(1)
+
+
+def check_inputs_exist(paths: list[str]) -> None:
+    """When no input can be read at all, say so before the model loads (seconds); when some
+    can, the others fail one by one as they come, and the rest still run."""
+    problems = []
+    for path in paths:
+        if path == STDIN_NAME:
+            return
+        try:
+            check_path(path)
+            return
+        except InputError as exc:
+            problems.append(exc)
+        except OSError:  # a name the system cannot even look up: it fails alone, in order
+            return
+    if problems:
+        more = len(problems) - 1
+        raise InputError(f"{problems[0]}" + (f" (and {more} more unreadable)" if more else ""))
 
 
 def raw_input_format(raw: str | None, rate: int | None, channels: int | None) -> RawFormat | None:

@@ -1,0 +1,156 @@
+"""`file --output-dir DIR`: one file per input and per format, named after the input.
+
+Why: captions are files beside the recordings (talk.srt, talk.vtt), not one stream on stdout
+whose times restart with every input. Each file is written as the input streams (a `.part`
+beside its final name) and renamed into place when the input ends, also when it ends early
+(Ctrl-C, a damaged file): what was recognised is kept. The folder is checked writable before
+any model loads.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from pathlib import Path
+from typing import IO, cast
+
+from rich.console import Console
+
+from streamasr.audio import STDIN_NAME
+from streamasr.errors import OutputError, UsageError
+from streamasr.events import Event, StreamSummary
+from streamasr.render import JsonlRenderer, Renderer, SubtitleRenderer, TextRenderer, summary_line
+
+# --format name -> file extension
+FILE_FORMATS = {"txt": "txt", "text": "txt", "jsonl": "jsonl", "srt": "srt", "vtt": "vtt"}
+DEFAULT_FILE_FORMATS = ("txt",)
+PART_SUFFIX = ".part"
+
+
+def parse_formats(fmt: str | None) -> tuple[str, ...]:
+    """'srt,vtt' -> ('srt', 'vtt'); each must be a file format; none given: txt."""
+    if fmt is None:
+        return DEFAULT_FILE_FORMATS
+    names = tuple(dict.fromkeys(part.strip() for part in fmt.split(",") if part.strip()))
+    bad = [name for name in names if name not in FILE_FORMATS]
+    if bad or not names:
+        raise UsageError(
+            f"--format {fmt!r} with --output-dir: use one or more of txt, jsonl, srt, vtt "
+            "(comma-separated)"
+        )
+    return tuple(FILE_FORMATS[name] for name in names)
+
+
+def output_stem(source: str) -> str:
+    """The file name an input's outputs share: its own name without the extension."""
+    if source == STDIN_NAME:
+        return "stdin"
+    match = re.fullmatch(r"(.*) \(WAV stream (\d+)\)", source)
+    if match:  # a further WAV stream on the same pipe
+        return f"{output_stem(match.group(1))}-{match.group(2)}"
+    return Path(source).stem or "audio"
+
+
+def check_output_dir(directory: Path, paths: list[str]) -> None:
+    """The folder exists or can be made and takes a file; no two inputs share a name."""
+    stems: dict[str, str] = {}
+    for path in paths:
+        stem = output_stem(path)
+        if stem in stems:
+            raise UsageError(
+                f"--output-dir: {stems[stem]} and {path} would both write {stem}.*; rename one "
+                "or run them separately"
+            )
+        stems[stem] = path
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".streamasr-probe-{os.getpid()}"
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(
+            f"--output-dir {directory}: cannot write there ({exc.strerror}); choose a "
+            "writable folder"
+        ) from None
+
+
+class _File:
+    """A text file whose failed write is a one-line OutputError naming the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.closed = False
+        try:
+            self._handle: IO[str] = path.open("w", encoding="utf-8")
+        except OSError as exc:
+            raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+
+    def write(self, text: str) -> int:
+        try:
+            return self._handle.write(text)
+        except OSError as exc:
+            raise OutputError(f"cannot write {self.path}: {exc.strerror}") from None
+
+    def flush(self) -> None:
+        try:
+            self._handle.flush()
+        except OSError as exc:
+            raise OutputError(f"cannot write {self.path}: {exc.strerror}") from None
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._handle.close()
+
+
+class OutputDirRenderer:
+    """Fans each input's events out to one renderer per format, each writing its own file."""
+
+    def __init__(self, directory: Path, formats: tuple[str, ...], err: Console, realtime: bool,
+                 partials: str = "full") -> None:
+        self.directory = directory
+        self.formats = formats
+        self.err = err
+        self.realtime = realtime
+        self.partials = partials
+        self._open: list[tuple[_File, Path, Renderer]] = []
+        self._quiet = Console(file=io.StringIO())  # per-file renderers' own summary lines
+
+    def _renderer(self, ext: str, file: _File) -> Renderer:
+        out = cast(IO[str], file)  # what the renderers need of it: write and flush
+        if ext == "jsonl":
+            return JsonlRenderer(out, self.partials)
+        if ext in ("srt", "vtt"):
+            return SubtitleRenderer(out, self._quiet, self.realtime, vtt=ext == "vtt")
+        return TextRenderer(out, self._quiet, self.realtime)
+
+    def begin(self, source: str) -> None:
+        stem = output_stem(source)
+        for ext in self.formats:
+            final = self.directory / f"{stem}.{ext}"
+            out = _File(final.with_name(final.name + PART_SUFFIX))
+            renderer = self._renderer(ext, out)
+            self._open.append((out, final, renderer))
+            renderer.begin(source)
+
+    def event(self, event: Event) -> None:
+        for _, _, renderer in self._open:
+            renderer.event(event)
+
+    def end(self, summary: StreamSummary) -> None:
+        """Close and rename every file of this input, then one summary line on stderr."""
+        written = []
+        try:
+            for out, final, renderer in self._open:
+                renderer.end(summary)
+                out.flush()
+                out.close()
+                os.replace(out.path, final)
+                written.append(final.name)
+        finally:
+            for out, _, _ in self._open:
+                out.close()
+            self._open = []
+        line = summary_line(summary, self.realtime)
+        self.err.print(f"{line} -> {', '.join(written)}", highlight=False, markup=False)
