@@ -7,6 +7,11 @@ as if there were none. Here the file is checked first, so a word that cannot be 
 refused by name, and the engine is given the unit and a vocabulary (the model's own
 ``bpe.vocab``, or one written from tokens.txt when the model ships none).
 
+Case: the engine matches pieces exactly, so ``guy`` is no word of an all-caps vocabulary.
+When a model's tokens are all upper case (the bundled English models) or all lower case,
+hotwords are folded to that case first, and the engine reads a folded copy of the file; a
+vocabulary that mixes cases is taken as written. CJK characters are never changed.
+
 File format (the engine's): one hotword or phrase per line, an optional `` :SCORE`` at the end
 of a line overrides --hotwords-score for it; blank lines are ignored. A list is bounded (at
 most MAX_HOTWORDS_BYTES, lines of at most MAX_HOTWORD_CHARS) and read in linear time, so a
@@ -23,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamasr.errors import OutputError, UsageError
-from streamasr.tokens import WORD_BOUNDARY, Vocabulary, is_cjk
+from streamasr.tokens import WORD_BOUNDARY, Vocabulary, byte_value, is_cjk
 
 # With the engine's default 4 active paths a word the model scores low never enters the
 # beam, so its bonus is never applied; hotwords widen the beam to at least this.
@@ -45,6 +50,11 @@ class HotwordCheck:
 
 def read_phrases(path: Path) -> tuple[str, ...]:
     """Non-empty lines without their optional ' :SCORE' suffix (size and line length checked)."""
+    return _phrases(path, _read_text(path))
+
+
+def _read_text(path: Path) -> str:
+    """The file as text, its size bounded."""
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_HOTWORDS_BYTES + 1)
@@ -59,6 +69,10 @@ def read_phrases(path: Path) -> tuple[str, ...]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"--hotwords file {path} is not UTF-8 text; save it as UTF-8") from exc
+    return text
+
+
+def _phrases(path: Path, text: str) -> tuple[str, ...]:
     phrases = []
     for number, line in enumerate(text.splitlines(), 1):
         if len(line) > MAX_HOTWORD_CHARS:
@@ -80,10 +94,36 @@ def _without_score(line: str) -> str:
     return line.strip()
 
 
+def token_case(vocabulary: Vocabulary) -> str:
+    """'upper' or 'lower' when every cased letter of the pieces has that case, else ''."""
+    cased = {
+        c
+        for p in vocabulary.pieces
+        if byte_value(p) is None
+        for c in p
+        if c.lower() != c.upper() and not is_cjk(c)
+    }
+    if cased and all(c.isupper() for c in cased):
+        return "upper"
+    if cased and all(c.islower() for c in cased):
+        return "lower"
+    return ""
+
+
+def fold_case(text: str, case: str) -> str:
+    """`text` in the model's token case ('upper', 'lower'; '' leaves it); CJK untouched."""
+    if not case:
+        return text
+    fold = str.upper if case == "upper" else str.lower
+    return "".join(c if is_cjk(c) else fold(c) for c in text)
+
+
 def check_phrases(phrases: tuple[str, ...], vocabulary: Vocabulary) -> HotwordCheck:
-    """Which words of the phrases the model's tokens cannot spell (in the engine's way)."""
+    """Which words of the phrases the model's tokens cannot spell (in the engine's way), each
+    folded to the token case first (see the module docstring) and named as written."""
     pieces = vocabulary.pieces
     longest = max((len(p) for p in pieces), default=0)
+    case = token_case(vocabulary)
     seen: set[str] = set()
     bad: list[str] = []
     for phrase in phrases:
@@ -91,7 +131,7 @@ def check_phrases(phrases: tuple[str, ...], vocabulary: Vocabulary) -> HotwordCh
             if word in seen:
                 continue
             seen.add(word)
-            if not _encodable(word, vocabulary.token_type, pieces, longest):
+            if not _encodable(fold_case(word, case), vocabulary.token_type, pieces, longest):
                 bad.append(word)
     return HotwordCheck(phrases, tuple(bad))
 
@@ -135,16 +175,19 @@ def _spells(text: str, pieces: frozenset[str], longest: int) -> bool:
 def engine_hotword_options(
     hotwords_file: Path, vocabulary: Vocabulary, model_dir: Path
 ) -> Iterator[dict[str, str]]:
-    """Check the file and yield the engine keywords (modeling_unit, bpe_vocab) for it.
+    """Check the file and yield the engine keywords (modeling_unit, bpe_vocab and, when its
+    words were folded to the token case, hotwords_file) for it.
 
-    A derived bpe.vocab lives in a temporary folder only while the engine loads it.
+    A derived bpe.vocab and a folded hotwords file live in a temporary folder only while the
+    engine loads them.
     """
     if vocabulary.token_type == "byte":
         raise UsageError(
             "--hotwords: this model's tokens are raw bytes (<0xE4>-style), which sherpa-onnx "
             "cannot encode hotwords with; drop --hotwords for this model"
         )
-    phrases = read_phrases(hotwords_file)
+    text = _read_text(hotwords_file)
+    phrases = _phrases(hotwords_file, text)
     if not phrases:
         raise UsageError(f"--hotwords file {hotwords_file} has no hotwords; one per line")
     found = check_phrases(phrases, vocabulary)
@@ -154,20 +197,28 @@ def engine_hotword_options(
             f"tokens ({vocabulary.token_type}); {_hint(vocabulary)}"
         )
     options = {"modeling_unit": vocabulary.modeling_unit}
-    if vocabulary.token_type == "cjkchar":
+    to_write: dict[str, str] = {}  # engine keyword -> text of the temporary file it names
+    folded = fold_case(text, token_case(vocabulary))
+    if folded != text:
+        to_write["hotwords_file"] = folded
+    own = model_dir / "bpe.vocab"
+    if vocabulary.token_type != "cjkchar":
+        if own.is_file():
+            options["bpe_vocab"] = str(own)
+        else:
+            to_write["bpe_vocab"] = _vocab_from_tokens(vocabulary)
+    if not to_write:
         yield options
         return
-    own = model_dir / "bpe.vocab"
-    if own.is_file():
-        yield {**options, "bpe_vocab": str(own)}
-        return
     with _temporary_folder() as tmp:
-        derived = Path(tmp) / "bpe.vocab"
-        try:
-            derived.write_text(_vocab_from_tokens(vocabulary), encoding="utf-8")
-        except OSError as exc:
-            raise _temporary_error(exc) from None
-        yield {**options, "bpe_vocab": str(derived)}
+        for keyword, content in to_write.items():
+            path = Path(tmp) / f"{keyword}.txt"
+            try:
+                path.write_text(content, encoding="utf-8")
+            except OSError as exc:
+                raise _temporary_error(exc) from None
+            options[keyword] = str(path)
+        yield options
 
 
 @contextlib.contextmanager
@@ -187,7 +238,8 @@ def _temporary_error(exc: OSError) -> OutputError:
     except OSError:  # no usable temporary folder at all
         where = ""
     return OutputError(
-        f"--hotwords: cannot write the model's word pieces to a temporary file {where}"
+        f"--hotwords: cannot write the model's word pieces or the case-folded hotwords to a "
+        f"temporary file {where}"
         f"({exc.strerror or exc}); free space there or point TMPDIR at a writable folder"
     )
 
@@ -202,11 +254,13 @@ def _vocab_from_tokens(vocabulary: Vocabulary) -> str:
 
 
 def _hint(vocabulary: Vocabulary) -> str:
-    letters = [c for p in vocabulary.pieces for c in p if c.isalpha() and c.isascii()]
     if vocabulary.token_type == "cjkchar":
         return "use only characters that are in its tokens.txt"
-    if letters and all(c.isupper() for c in letters):
-        return "its English tokens are upper case: write words in upper case, as in tokens.txt"
     if vocabulary.token_type == "word":
         return "it knows whole words only: use words that are in its tokens.txt"
-    return "use words its tokens.txt can spell"
+    mixed = not token_case(vocabulary) and any(
+        c.lower() != c.upper() for p in vocabulary.pieces for c in p
+    )
+    if mixed:
+        return "use words its tokens.txt can spell, in the case it writes them (it mixes cases)"
+    return "use words its tokens.txt can spell (letters it has no piece for cannot be written)"
