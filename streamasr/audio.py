@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import struct
 import sys
 import time
@@ -203,12 +204,15 @@ class FileSource:
             subtype=str(self._file.subtype),
         )
         self.sample_rate = self.info.sample_rate
+        # libsndfile counts the frames the file holds, whatever its header says
+        self._short = _short_wav_data(path) if self.info.format in ("WAV", "WAVEX") else None
 
     def blocks(self, block_s: float) -> Iterator[np.ndarray]:
         """Yield mono float32 blocks of `block_s` seconds; checks every sample is finite.
 
-        A file that ends before the length its header announced (it shrank while being read)
-        ends the stream with a warning rather than silently.
+        A file that ends before the length it had when opened (it shrank while being read),
+        or a WAV whose header promises more data than the file holds, ends the stream with a
+        warning rather than silently.
         """
         import soundfile as sf
 
@@ -245,6 +249,8 @@ class FileSource:
                 position / self.sample_rate,
                 self.info.duration_s,
             )
+        elif self._short is not None:
+            _warn_short(self.name, self._short, "the file holds {}")
 
     def close(self) -> None:
         """Release the file handle."""
@@ -355,6 +361,46 @@ def _read_wav_chunks(name: str, stream: BinaryIO) -> PcmLayout:
     )
 
 
+@dataclass(frozen=True)
+class _ShortData:
+    """A WAV data chunk that holds fewer bytes than its header promises."""
+
+    layout: PcmLayout  # data_bytes: what the header promises
+    held_bytes: int
+
+    def seconds(self, data_bytes: int) -> float:
+        return data_bytes // self.layout.frame_bytes / self.layout.sample_rate
+
+
+def _short_wav_data(path: str) -> _ShortData | None:
+    """For a WAV file whose data chunk is shorter than its header says (the file was cut
+    off, e.g. a copy or download that stopped), what it holds; None otherwise, and for
+    headers that only libsndfile reads (compressed WAV)."""
+    try:
+        with open(path, "rb") as handle:
+            layout = read_wav_header(path, handle)
+            held = os.fstat(handle.fileno()).st_size - handle.tell()
+    except (OSError, InputError):
+        return None
+    if layout.data_bytes <= 0 or held >= layout.data_bytes:
+        return None
+    return _ShortData(layout, max(held, 0))
+
+
+def _warn_short(name: str, short: _ShortData, held: str) -> None:
+    """One warning naming both lengths; `held` says where the rest went ('{}' the length)."""
+    promised = short.layout.data_bytes
+    there = f"{short.seconds(short.held_bytes):.2f} s ({short.held_bytes} bytes)"
+    log.warning(
+        "%s was cut short: its header promises %.2f s (%d bytes of audio) but %s; the "
+        "transcript covers what is there",
+        name,
+        short.seconds(promised),
+        promised,
+        held.format(there),
+    )
+
+
 def _read_exactly(stream: BinaryIO, size: int) -> bytes:
     """Up to `size` bytes, fewer only at end of input (pipes return short reads)."""
     parts: list[bytes] = []
@@ -429,18 +475,13 @@ class PcmStreamSource:
         if rest is not None:
             yield rest
         self._done = True
-        if carry:
+        if layout.data_bytes > 0 and left > 0:  # says the lengths; a part frame is part of it
+            _warn_short(self.name, _ShortData(layout, layout.data_bytes - left), "only {} arrived")
+        elif carry:
             log.warning(
                 "%s ended inside a sample frame; its last %d byte(s) were dropped",
                 self.name,
                 len(carry),
-            )
-        if layout.data_bytes > 0 and left > 0:
-            log.warning(
-                "%s was cut short: %.2f s of the %.2f s its header announced arrived",
-                self.name,
-                position / self.sample_rate,
-                self.info.duration_s,
             )
 
     def next_wav(self) -> PcmStreamSource | None:

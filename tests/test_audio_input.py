@@ -294,6 +294,36 @@ def test_a_file_read_to_its_end_gives_no_cut_short_warning() -> None:
     assert result.returncode == 0 and b"cut short" not in result.stderr
 
 
+@pytest.mark.parametrize("where", ["file", "stdin"])
+def test_a_wav_cut_off_after_its_header_warns_and_transcribes_what_is_there(
+    tmp_path: Path, where: str
+) -> None:
+    """Bytes cut off the end (a stopped copy): the header still promises the whole clip."""
+    whole = (WAVS / "4.wav").read_bytes()
+    data_at = whole.index(b"data") + 8
+    promised = struct.unpack("<I", whole[data_at - 4 : data_at])[0]
+    held = 2 * 16000 + 1  # 1 s of the 2.02 s clip and one byte of a sample
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(whole[: data_at + held])
+    samples, rate = pcm16("4.wav")
+    intact = tmp_path / "intact.wav"
+    sf.write(intact, samples[:rate], rate, subtype="PCM_16")
+    if where == "file":
+        result = cli(str(cut), "--format", "text")
+    else:
+        result = cli("-", "--format", "text", input=cut.read_bytes(), stdin=None)
+    expected = cli(str(intact), "--format", "text")
+    err = result.stderr.decode()
+    assert result.returncode == 0, err
+    assert result.stdout == expected.stdout and result.stdout.strip()
+    warnings = [line for line in err.splitlines() if line.startswith("WARNING:")]
+    assert len(warnings) == 1, err
+    assert "cut short" in warnings[0] and "header promises" in warnings[0]
+    assert f"{promised / 2 / rate:.2f} s ({promised} bytes" in warnings[0]
+    assert f"1.00 s ({held} bytes)" in warnings[0]
+    assert "Traceback" not in err
+
+
 def test_pcm_stream_keeps_memory_flat_for_a_long_pipe(tmp_path: Path) -> None:
     """Five minutes of raw PCM through a pipe: peak memory must not grow with the input.
 
