@@ -101,3 +101,17 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def read_terminal(controller: int) -> bytes:
+    """Everything written to a pseudo-terminal until every writer has closed it."""
+    seen = bytearray()
+    while True:
+        try:
+            data = os.read(controller, 65536)
+        except OSError:  # Linux: EIO once the last writer is gone
+            break
+        if not data:
+            break
+        seen.extend(data)
+    return bytes(seen)

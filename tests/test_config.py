@@ -17,6 +17,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import read_terminal
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"
@@ -132,15 +133,7 @@ def test_a_terminal_user_on_the_demo_model_is_told_how_to_get_a_real_one(tmp_pat
                                  "-f", "text", *args], stdout=subprocess.DEVNULL,
                                 stderr=terminal, env=env)
         os.close(terminal)
-        chunks = []
-        while True:
-            try:
-                data = os.read(controller, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            chunks.append(data)
+        chunks = [read_terminal(controller)]
         assert proc.wait(timeout=120) == 0
         os.close(controller)
         return b"".join(chunks).decode(errors="replace")

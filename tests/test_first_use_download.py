@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import read_terminal
 from test_store import ArchiveServer
 
 from streamasr import catalog
@@ -52,14 +53,7 @@ def on_a_terminal(env: dict[str, str], answer: bytes, *args: str) -> tuple[int, 
     while b"download it now?" not in seen and time.monotonic() < deadline:
         seen += os.read(controller, 4096)
     os.write(controller, answer)
-    while True:
-        try:
-            data = os.read(controller, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        seen += data
+    seen += read_terminal(controller)
     stdout = proc.communicate(timeout=120)[0].decode()
     os.close(controller)
     return proc.returncode, stdout, seen.decode(errors="replace")

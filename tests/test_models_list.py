@@ -16,6 +16,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+from conftest import read_terminal
+
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"
 
@@ -60,15 +62,7 @@ def test_an_80_column_terminal_gets_one_line_per_model(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "streamasr", "models", "list"],
                             stdout=terminal, stderr=subprocess.DEVNULL, env=env)
     os.close(terminal)
-    chunks = []
-    while True:
-        try:
-            data = os.read(controller, 65536)
-        except OSError:  # the terminal closed: the program is done
-            break
-        if not data:
-            break
-        chunks.append(data)
+    chunks = [read_terminal(controller)]
     proc.wait(timeout=60)
     os.close(controller)
     screen = re.sub(r"\x1b\[[0-9;]*m", "", b"".join(chunks).decode())
