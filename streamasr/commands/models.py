@@ -152,7 +152,8 @@ def _print_table(rows: Sequence[Mapping[str, object]], cache: Path) -> None:
     for row in rows:
         entry = find(str(row["name"]))
         size = entry.size_label if entry else "-"
-        installed = str(row["installed"]) + (", default" if row.get("default") else "")
+        mark = (", default" if wide else " *") if row.get("default") else ""
+        installed = str(row["installed"]) + mark
         style = "green" if installed.startswith(("yes", "bundled")) else "dim"
         aliases = ", ".join(row["aliases"]) or "-"  # type: ignore[arg-type]
         cells = {
@@ -170,7 +171,8 @@ def _print_table(rows: Sequence[Mapping[str, object]], cache: Path) -> None:
     console.print(table)
     err_console.print(
         f"cache: {escape(str(cache))}\nchunk: audio per encoder step (Zipformer: fixed by "
-        "the export; NeMo: one per trained look-ahead). engine nemo: for the NeMo engine "
+        "the export; NeMo: one per trained look-ahead). * / default: what commands use "
+        "without --model. engine nemo: for the NeMo engine "
         "(a .nemo file). Sizes are downloads; ~ marks estimates. Pull one with "
         "`streamasr models pull ALIAS`.",
         highlight=False,
