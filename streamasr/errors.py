@@ -48,5 +48,12 @@ class OutputError(StreamAsrError):
     """Standard output cannot take more data: the reader closed the pipe, or the disk is full."""
 
 
+class ReaderGone(OutputError):
+    """Whoever read standard output stopped reading (`| head`). Not worth a message: the run
+    ends quietly with 128 + SIGPIPE, as `yes | head` and other Unix tools do."""
+
+    exit_code = 141
+
+
 class DatasetError(StreamAsrError):
     """A benchmark dataset cannot be read at all (bad rows alone are skipped, not raised)."""

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from streamasr.errors import InputError, OutputError, StreamAsrError, UsageError
+from streamasr.errors import InputError, OutputError, ReaderGone, StreamAsrError, UsageError
 from streamasr.onset import OnsetOptions
 from streamasr.render import (
     FORMATS,
@@ -187,7 +187,10 @@ def setup_logging(verbose: bool) -> None:
 
 
 def report_error(exc: StreamAsrError | str) -> None:
-    """One line on stderr, no traceback; brackets in names are printed, not read as markup."""
+    """One line on stderr, no traceback; brackets in names are printed, not read as markup.
+    A reader that went away (`| head`) is said nothing about."""
+    if isinstance(exc, ReaderGone):
+        return
     err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
 
 
@@ -209,8 +212,8 @@ def check_path_name(path: str) -> None:
 def output_error(exc: OSError) -> OutputError:
     """The one-line message for a write to stdout that failed."""
     if exc.errno == errno.EPIPE:
-        why = "the reading end of the pipe was closed"
-    elif exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return ReaderGone("the reading end of the pipe was closed")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         why = f"{exc.strerror}; free some space or write elsewhere"
     elif exc.errno == errno.EBADF:
         why = "it is closed; give the command somewhere to write (e.g. > out.txt)"
