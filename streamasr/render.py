@@ -59,12 +59,16 @@ def summary_line(summary: StreamSummary, realtime: bool) -> str:
 
 
 class LiveRenderer:
-    """Partial in a live area at the bottom; finals printed above it, as they are committed."""
+    """Partial in a live area at the bottom; finals printed above it, as they are committed.
 
-    def __init__(self, out: Console, err: Console, realtime: bool) -> None:
+    `quiet`: captions only (no source name, first-token lines or summary line).
+    """
+
+    def __init__(self, out: Console, err: Console, realtime: bool, quiet: bool = False) -> None:
         self.out = out
         self.err = err
         self.realtime = realtime
+        self.quiet = quiet
         self._live: Live | None = None
         self._partial = Text("")
         self._meter: Text | None = None
@@ -92,7 +96,8 @@ class LiveRenderer:
         self._live.update(shown, refresh=True)
 
     def begin(self, source: str) -> None:
-        self.err.print(f"[bold]{escape(source)}[/bold]")
+        if not self.quiet:
+            self.err.print(f"[bold]{escape(source)}[/bold]")
         self._live = Live(Text(""), console=self.out, transient=True, auto_refresh=False)
         self._live.start()
 
@@ -107,7 +112,7 @@ class LiveRenderer:
             self._show()
             stamp = f"[dim]{event.start_s:7.2f}-{event.end_s:7.2f}[/dim]"
             self._live.console.print(f"{stamp} {escape(event.text)}")
-        elif isinstance(event, FirstToken):
+        elif isinstance(event, FirstToken) and not self.quiet:
             self._live.console.print(
                 f"[dim]first token after {event.latency_s * 1000:.0f} ms of audio "
                 f"past onset {event.onset_s:.2f} s[/dim]"
@@ -117,21 +122,31 @@ class LiveRenderer:
         if self._live is not None:
             self._live.stop()
             self._live = None
-        self.err.print(f"[dim]{escape(summary_line(summary, self.realtime))}[/dim]")
+        if not self.quiet:
+            self.err.print(f"[dim]{escape(summary_line(summary, self.realtime))}[/dim]")
 
 
 class TextRenderer:
     """One line per final on stdout; summaries on stderr.
 
     With `headers` (several inputs), each input's lines follow a line `==> NAME <==`, and
-    inputs after the first are preceded by an empty line, as `tail` and `head` do.
+    inputs after the first are preceded by an empty line, as `tail` and `head` do. `quiet`:
+    no summary lines.
     """
 
-    def __init__(self, out: IO[str], err: Console, realtime: bool, headers: bool = False) -> None:
+    def __init__(
+        self,
+        out: IO[str],
+        err: Console,
+        realtime: bool,
+        headers: bool = False,
+        quiet: bool = False,
+    ) -> None:
         self.out = out
         self.err = err
         self.realtime = realtime
         self.headers = headers
+        self.quiet = quiet
         self._begun = 0
 
     def begin(self, source: str) -> None:
@@ -146,7 +161,8 @@ class TextRenderer:
             self.out.flush()
 
     def end(self, summary: StreamSummary) -> None:
-        self.err.print(escape(summary_line(summary, self.realtime)), highlight=False)
+        if not self.quiet:
+            self.err.print(escape(summary_line(summary, self.realtime)), highlight=False)
 
 
 class JsonlRenderer:
@@ -238,13 +254,16 @@ class SubtitleRenderer:
     end). Cues follow common caption rules (captions.py): two lines of 42 characters at most,
     7 s at most, split between words by their times, never overlapping. Several inputs in
     one WebVTT: each input's cues follow a NOTE naming it, numbered from 1 again (SRT has no
-    comments: the file command asks for --output-dir instead)."""
+    comments: the file command asks for --output-dir instead). `quiet`: no summary lines."""
 
-    def __init__(self, out: IO[str], err: Console, realtime: bool, vtt: bool = False) -> None:
+    def __init__(
+        self, out: IO[str], err: Console, realtime: bool, vtt: bool = False, quiet: bool = False
+    ) -> None:
         self.out = out
         self.err = err
         self.realtime = realtime
         self.vtt = vtt
+        self.quiet = quiet
         self._index = 0
         self._last_end_s = 0.0
         self._inputs = 0
@@ -270,7 +289,8 @@ class SubtitleRenderer:
         self.out.flush()
 
     def end(self, summary: StreamSummary) -> None:
-        self.err.print(escape(summary_line(summary, self.realtime)), highlight=False)
+        if not self.quiet:
+            self.err.print(escape(summary_line(summary, self.realtime)), highlight=False)
 
 
 class SentenceCaseRenderer:
@@ -290,32 +310,6 @@ class SentenceCaseRenderer:
             if len(cased) == len(words):
                 words = tuple(replace(w, text=t) for w, t in zip(words, cased, strict=True))
             event = replace(event, text=sentence_case(event.text), words=words)
-        self.inner.event(event)
-
-    def end(self, summary: StreamSummary) -> None:
-        self.inner.end(summary)
-
-
-class PunctuationRenderer:
-    """Finals punctuated and cased by a punctuation model (`punctuate(text) -> text`, word
-    for word); each word of `words` takes its new spelling when the count is unchanged.
-    Partials pass through untouched: the model sees only committed text."""
-
-    def __init__(self, inner: Renderer, punctuate: Callable[[str], str]) -> None:
-        self.inner = inner
-        self.punctuate = punctuate
-
-    def begin(self, source: str) -> None:
-        self.inner.begin(source)
-
-    def event(self, event: Event) -> None:
-        if isinstance(event, Final) and event.text.strip():
-            text = self.punctuate(event.text)
-            spelled = text.split()
-            words = event.words
-            if len(spelled) == len(words):
-                words = tuple(replace(w, text=t) for w, t in zip(words, spelled, strict=True))
-            event = replace(event, text=text, words=words)
         self.inner.event(event)
 
     def end(self, summary: StreamSummary) -> None:

@@ -178,6 +178,27 @@ def test_subprocess_and_stdin_give_the_same_text_as_the_runner(speech_16k: Path)
     assert by_stdin.returncode == 0 and by_stdin.stdout == in_process
 
 
+def test_quiet_keeps_errors_and_warnings_and_drops_summaries(
+    speech_16k: Path, tmp_path: Path
+) -> None:
+    """A missing input is still one error line (and the count of failures); the inputs that
+    run print no summary, nor does --output-dir its line per input."""
+    missing = tmp_path / "missing.wav"
+    out = tmp_path / "out"
+    out.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "streamasr", "file", str(missing), str(speech_16k), *MODEL,
+         "--format", "vtt", "--output-dir", str(out), "--quiet"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"error: {missing}: no such file; check the path",
+        "1 of 2 inputs failed",
+    ]
+    assert (out / f"{speech_16k.stem}.vtt").read_text().startswith("WEBVTT")
+
+
 def test_ctrl_c_flushes_the_final_and_exits_130(speech_16k: Path, tmp_path: Path) -> None:
     audio, rate = sf.read(str(speech_16k), dtype="float32")
     long_path = tmp_path / "long.wav"

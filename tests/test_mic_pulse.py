@@ -167,6 +167,19 @@ def test_unknown_and_ambiguous_device_names_list_the_candidates(
     assert "pulse" in unknown.stderr
 
 
+def test_quiet_mic_says_warnings_only(pulse_server: PulseServer) -> None:
+    """--quiet: no "listening", no summary, no end report; a warning (the sink is silent)
+    is still said."""
+    args = ["mic", "--model", MODEL, "--duration", "1", "--format", "text"]
+    loud = run(args, pulse_server.env)
+    quiet = run([*args, "--quiet"], pulse_server.env)
+    assert loud.returncode == 0 and quiet.returncode == 0, quiet.stderr
+    assert "listening:" in loud.stderr and "RTF" in loud.stderr and "capture:" in loud.stderr
+    assert "the whole capture was silent" in loud.stderr
+    said = quiet.stderr.splitlines()
+    assert said and all(line.startswith("the whole capture was silent") for line in said), said
+
+
 def test_mic_transcript_equals_file_transcript_and_save_reproduces_the_audio(
     pulse_server: PulseServer, clip: Path, tmp_path: Path
 ) -> None:

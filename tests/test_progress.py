@@ -118,6 +118,18 @@ def test_the_bar_shows_on_a_terminal_and_stdout_is_identical_without_one(
         assert stdout == piped.stdout and stdout.strip()
 
 
+@pytest.mark.parametrize("fmt", ["text", "srt"])
+def test_quiet_leaves_the_terminal_empty_and_stdout_the_same(long_wav: Path, fmt: str) -> None:
+    """--quiet: no bar and no summary line on the terminal; the captions are unchanged."""
+    args = ["file", str(long_wav), "--format", fmt]
+    code, stdout, terminal = run_with_stderr_on_a_terminal([*args, "--quiet"])
+    assert code == 0
+    assert terminal == ""
+    loud = run_piped(args)
+    assert "RTF" in loud.stderr.decode()  # what --quiet leaves out
+    assert stdout == loud.stdout and stdout.strip()
+
+
 def test_the_bar_shows_the_current_partial_when_it_fits(long_wav: Path) -> None:
     _, stdout, terminal = run_with_stderr_on_a_terminal(
         ["file", str(long_wav), "--format", "text", "--realtime"]

@@ -67,6 +67,15 @@ PartialsOpt = Annotated[
     ),
 ]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log details to stderr.")]
+QuietOpt = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Captions only: no summary lines, first-token lines or progress bar on stderr "
+        "(warnings and errors are still printed).",
+    ),
+]
 ONSET_DBFS_RANGE = (-120.0, 0.0)
 RawOpt = Annotated[
     str | None,
@@ -157,15 +166,18 @@ def check_partials(partials: str, fmt: str) -> None:
         raise UsageError(f"--partials {partials} changes JSONL output; add --format jsonl")
 
 
-def make_renderer(fmt: str, realtime: bool, partials: str = "full") -> Renderer:
-    """The renderer for a format, writing data to stdout and messages to stderr."""
+def make_renderer(
+    fmt: str, realtime: bool, partials: str = "full", quiet: bool = False
+) -> Renderer:
+    """The renderer for a format, writing data to stdout and messages to stderr (with
+    `quiet`, no summary or first-token lines: JSONL's records are data and stay)."""
     if fmt == "live":
-        return LiveRenderer(Console(), err_console, realtime)
+        return LiveRenderer(Console(), err_console, realtime, quiet=quiet)
     if fmt == "jsonl":
         return JsonlRenderer(sys.stdout, partials)
     if fmt in ("srt", "vtt"):
-        return SubtitleRenderer(sys.stdout, err_console, realtime, vtt=fmt == "vtt")
-    return TextRenderer(sys.stdout, err_console, realtime)
+        return SubtitleRenderer(sys.stdout, err_console, realtime, vtt=fmt == "vtt", quiet=quiet)
+    return TextRenderer(sys.stdout, err_console, realtime, quiet=quiet)
 
 
 class _CurrentStderrHandler(logging.StreamHandler):

@@ -11,6 +11,7 @@ import typer
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
     FormatOpt,
+    QuietOpt,
     VerboseOpt,
     check_number,
     choose_format,
@@ -24,6 +25,7 @@ from streamasr.commands.options import ModelOptions, build, with_model_options
 from streamasr.errors import DeviceError, OutputError, StreamAsrError, UsageError
 from streamasr.live import (  # noqa: F401 - the loop's names stay importable from here
     CaptureClock,
+    Say,
     SessionOutput,
     Tone,
     first_token_p50_ms,
@@ -79,20 +81,37 @@ BacklogOpt = Annotated[
 ]
 
 
-def terminal_output(renderer: Renderer, log_file: IO[str] | None) -> SessionOutput:
+def terminal_output(
+    renderer: Renderer, log_file: IO[str] | None, quiet: bool = False
+) -> SessionOutput:
     """The live loop's output as `mic` shows it: messages on stderr (above the live area when
-    there is one, so the partial and the level meter below it stay whole)."""
+    there is one, so the partial and the level meter below it stay whole).
+
+    `quiet`: captions only; of the messages, warnings alone are said (no "listening", no
+    first-token lines, no end report), and the live view has no level meter (a silent or
+    clipping input is then said once, as a warning).
+    """
     if isinstance(renderer, LiveRenderer):
         live = renderer
 
         def say_live(text: str, tone: Tone) -> None:
             live.note(_styled(text, tone))
 
+        if quiet:
+            return SessionOutput(renderer, log_file, _warnings_only(say_live))
         # the live view shows a level meter and its own audio-time first-token line
         return SessionOutput(
             renderer, log_file, say_live, level_view=live.level, forward_first_tokens=False
         )
-    return SessionOutput(renderer, log_file, _say_stderr)
+    return SessionOutput(renderer, log_file, _warnings_only(_say_stderr) if quiet else _say_stderr)
+
+
+def _warnings_only(say: Say) -> Say:
+    def say_warnings(text: str, tone: Tone) -> None:
+        if tone in ("warn", "alarm"):
+            say(text, tone)
+
+    return say_warnings
 
 
 _STYLES: dict[str, str] = {"info": "", "dim": "dim", "warn": "yellow", "alarm": "red"}
@@ -150,6 +169,7 @@ def register(app: typer.Typer) -> None:
         model_options: ModelOptions,
         max_backlog: BacklogOpt = DEFAULT_MAX_BACKLOG_S,
         fmt: FormatOpt = None,
+        quiet: QuietOpt = False,
         verbose: VerboseOpt = False,
     ) -> None:
         """Live captions from a microphone: partials as you speak, a final per utterance.
@@ -170,7 +190,7 @@ def register(app: typer.Typer) -> None:
                 check_number("--channel", channel, 1, 1024, "(1-based)")
                 fmt_name = choose_format(fmt)
                 recognizer, options = build(model_options, paced=True)
-                renderer = make_renderer(fmt_name, True)
+                renderer = make_renderer(fmt_name, True, quiet=quiet)
                 chosen = select_device(list_input_devices(), device)
                 block_s = options.block_s or recognizer.chunk_s
                 source = MicSource(chosen, block_s, channel, max_backlog)
@@ -178,7 +198,7 @@ def register(app: typer.Typer) -> None:
                     writer = AudioWriter(save, source.sample_rate)
                 if log_path is not None:
                     log_file = _open_log(log_path)
-            output = terminal_output(renderer, log_file)
+            output = terminal_output(renderer, log_file, quiet)
             try:
                 run_capture(source, recognizer, options, output, writer, duration)
                 output.raise_log_error()  # a failure while flushing the last events

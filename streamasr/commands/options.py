@@ -229,7 +229,9 @@ def with_model_options(
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:
             values = {field: kwargs.pop(name) for name, field in names.items()}
-            kwargs[_PARAM] = with_user_defaults(ModelOptions(**values))
+            # a command's --quiet (captions only) also hides the demo-model hint
+            hint = not kwargs.get("quiet", False)
+            kwargs[_PARAM] = with_user_defaults(ModelOptions(**values), hint=hint)
             return command(**kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
@@ -352,9 +354,10 @@ def check_engine_fit(options: ModelOptions, backend_name: str) -> None:
             )
 
 
-def with_user_defaults(options: ModelOptions) -> ModelOptions:
+def with_user_defaults(options: ModelOptions, hint: bool = True) -> ModelOptions:
     """The config file's and environment's model and device where the command line gave none;
-    on a terminal, one line when the bundled demo model is about to be used instead."""
+    on a terminal (and with `hint`), one line when the bundled demo model is about to be used
+    instead."""
     from dataclasses import replace
 
     from streamasr import config
@@ -362,7 +365,7 @@ def with_user_defaults(options: ModelOptions) -> ModelOptions:
     settings = config.load()
     model = options.model or settings.model
     device = options.device or (None if options.gpu else settings.device)
-    if model is None and options.backend is None and not options.gpu and settings.hints:
+    if model is None and options.backend is None and not options.gpu and settings.hints and hint:
         if err_console.is_terminal:
             err_console.print(
                 "using the bundled demo model tiny-en, which is not for real speech; for a real "

@@ -108,12 +108,13 @@ class OutputDirRenderer:
     """Fans each input's events out to one renderer per format, each writing its own file."""
 
     def __init__(self, directory: Path, formats: tuple[str, ...], err: Console, realtime: bool,
-                 partials: str = "full") -> None:
+                 partials: str = "full", quiet: bool = False) -> None:
         self.directory = directory
         self.formats = formats
         self.err = err
         self.realtime = realtime
         self.partials = partials
+        self.quiet = quiet  # no summary line per input
         self._open: list[tuple[_File, Path, Renderer]] = []
         self._quiet = Console(file=io.StringIO())  # per-file renderers' own summary lines
 
@@ -152,5 +153,6 @@ class OutputDirRenderer:
             for out, _, _ in self._open:
                 out.close()
             self._open = []
-        line = summary_line(summary, self.realtime)
-        self.err.print(f"{line} -> {', '.join(written)}", highlight=False, markup=False)
+        if not self.quiet:
+            line = summary_line(summary, self.realtime)
+            self.err.print(f"{line} -> {', '.join(written)}", highlight=False, markup=False)

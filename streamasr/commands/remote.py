@@ -78,6 +78,7 @@ def file_over_server(
     raw_format_args: tuple[str | None, int | None, int | None],
     fmt: str | None,
     partials: str,
+    quiet: bool = False,
 ) -> None:
     """The `file` command with --server: every input through the remote model."""
     from streamasr.audio import open_source, paced
@@ -89,7 +90,7 @@ def file_over_server(
         raw_format = raw_input_format(*raw_format_args)
         fmt_name = choose_format(fmt)
         check_partials(partials, fmt_name)
-        renderer = make_renderer(fmt_name, realtime, partials)
+        renderer = make_renderer(fmt_name, realtime, partials, quiet)
         model: RemoteModel = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None)
         model.settings = session_settings(model_options)
     if isinstance(renderer, TextRenderer) and len(paths) > 1:
