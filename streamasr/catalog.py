@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from streamasr.errors import ModelError
 
 RELEASE_URL = "https://github.com/k2-fsa/sherpa-onnx/releases/download/asr-models/{name}.tar.bz2"
+PUNCT_RELEASE_URL = (
+    "https://github.com/k2-fsa/sherpa-onnx/releases/download/punctuation-models/{name}.tar.bz2"
+)
 HF_FILE_URL = "https://huggingface.co/{repo}/resolve/main/{file}"
 NEMO_STEP_MS = 80.0  # FastConformer: 8x subsampling of 10 ms frames
 CHUNK_FRAME_MS = 20.0  # --chunk counts 50 Hz frames
@@ -88,7 +91,7 @@ class CatalogEntry:
     url: str
     archive_sha256: str | None  # None: not published; recorded on first download
     language: str  # "en", "zh", "zh+en"
-    kind: str  # "transducer", "ctc" or "hybrid" (RNNT + CTC heads)
+    kind: str  # "transducer", "ctc", "hybrid" (RNNT + CTC heads); "punctuation" (--punctuate)
     token_type: str  # sherpa-onnx modeling unit: "bpe", "cjkchar", "cjkchar+bpe"
     size_mb: float  # download size in MiB (approximate when archive_bytes is None)
     description: str
@@ -122,6 +125,8 @@ class CatalogEntry:
         """`320 ms` or `80/560/1120 ms`, for tables."""
         values = [e.chunk_ms for e in self.exports] or [a.chunk_ms for a in self.att_context_sizes]
         unique = list(dict.fromkeys(values))
+        if not unique:  # not a streaming speech model (punctuation)
+            return "-"
         return "/".join(f"{v:.0f}" for v in unique) + " ms"
 
     @property
@@ -311,6 +316,19 @@ CATALOG: tuple[CatalogEntry, ...] = (
         att_context_sizes=_nemo_contexts(13, 6, 1, 0),
         params_m=600.0,
         file_name="nemotron-speech-streaming-en-0.6b.nemo",
+    ),
+    CatalogEntry(
+        name="sherpa-onnx-online-punct-en-2024-08-06",
+        aliases=("punct-en",),
+        url=PUNCT_RELEASE_URL.format(name="sherpa-onnx-online-punct-en-2024-08-06"),
+        archive_sha256=None,
+        language="en",
+        kind="punctuation",
+        token_type="bpe",
+        size_mb=29.2,
+        description="English punctuation (, . ?) and casing of finals: CNN-BiLSTM from "
+        "Edge-Punct-Casing, model.onnx and model.int8.onnx. Not a speech model: use it with "
+        "`streamasr file --punctuate punct-en`.",
     ),
 )
 

@@ -99,6 +99,11 @@ def catalog_budget(name: str, chunk: int | None = None) -> LatencyBudget:
     a NeMo `att_context_size` (`--chunk` picks among the trained look-aheads, in 50 Hz
     frames: 80 ms = 4)."""
     entry = catalog.lookup(name)
+    if entry.kind == "punctuation":
+        raise ModelMismatchError(
+            f"{name} ({entry.name}) is a punctuation model (for `streamasr file --punctuate`): "
+            "it has no latency budget; pass a speech model to --model (`streamasr models list`)"
+        )
     if entry.exports:
         return budget_from_published(published_export(name, chunk))
     contexts = entry.att_context_sizes

@@ -266,6 +266,13 @@ def _model_directory(model: str | None) -> Path:
         return path
     if (root / model).is_dir():
         return root / model
+    released = catalog.find(model)
+    if released is not None and released.kind == "punctuation":
+        raise ModelMismatchError(
+            f"--model {model}: {released.name} is a punctuation model, not a speech model; "
+            f"pass it to `streamasr file --punctuate {model}` and choose a speech model for "
+            "--model (`streamasr models list`)"
+        )
     cached = store.open_cached(model)  # pulled with `streamasr models pull`; checked first
     if cached is not None:
         return cached

@@ -316,6 +316,32 @@ class SentenceCaseRenderer:
         self.inner.end(summary)
 
 
+class PunctuationRenderer:
+    """Finals punctuated and cased by a punctuation model (`punctuate(text) -> text`, word
+    for word); each word of `words` takes its new spelling when the count is unchanged.
+    Partials pass through untouched: the model sees only committed text."""
+
+    def __init__(self, inner: Renderer, punctuate: Callable[[str], str]) -> None:
+        self.inner = inner
+        self.punctuate = punctuate
+
+    def begin(self, source: str) -> None:
+        self.inner.begin(source)
+
+    def event(self, event: Event) -> None:
+        if isinstance(event, Final) and event.text.strip():
+            text = self.punctuate(event.text)
+            spelled = text.split()
+            words = event.words
+            if len(spelled) == len(words):
+                words = tuple(replace(w, text=t) for w, t in zip(words, spelled, strict=True))
+            event = replace(event, text=text, words=words)
+        self.inner.event(event)
+
+    def end(self, summary: StreamSummary) -> None:
+        self.inner.end(summary)
+
+
 def _even_words(final: Final) -> tuple[Word, ...]:
     """Words spread evenly over the final, for engines that give no token times."""
     texts = final.text.split()

@@ -42,6 +42,7 @@ from urllib.parse import urlparse
 from streamasr import __version__
 from streamasr.catalog import CatalogEntry, find, lookup
 from streamasr.errors import ModelError, UsageError
+from streamasr.punctuation import is_punctuation_folder
 from streamasr.store_download import (
     BLOCK_BYTES,
     DEFAULT_RETRIES,
@@ -152,8 +153,9 @@ def verify_before_use(model: str | None, cache: Path | None = None) -> None:
 
 
 def is_model_folder(directory: Path) -> bool:
-    """A complete install: a sherpa-onnx folder (tokens.txt) or a single-file `.nemo` model."""
-    if (directory / "tokens.txt").is_file():
+    """A complete install: a sherpa-onnx folder (tokens.txt, or a punctuation model's
+    bpe.vocab and model.onnx) or a single-file `.nemo` model."""
+    if (directory / "tokens.txt").is_file() or is_punctuation_folder(directory):
         return True
     return (directory / MANIFEST_NAME).is_file() and any(directory.glob(f"*{NEMO_SUFFIX}"))
 
@@ -550,13 +552,16 @@ def _is_nemo_file(path: Path) -> bool:
 
 
 def _model_root(temp: Path, archive: Path) -> Path:
-    """The folder holding tokens.txt: the archive's single top folder, or its top level."""
+    """The folder holding tokens.txt (or a punctuation model): the archive's single top
+    folder, or its top level."""
     entries = list(temp.iterdir())
     root = entries[0] if len(entries) == 1 and entries[0].is_dir() else temp
-    if not (root / "tokens.txt").is_file() or not any(root.glob("*.onnx")):
+    speech = (root / "tokens.txt").is_file() and any(root.glob("*.onnx"))
+    if not speech and not is_punctuation_folder(root):
         raise ModelError(
             f"{archive.name} does not hold a sherpa-onnx model: no tokens.txt and .onnx files "
-            "at its top level (or in its single top folder)"
+            "(nor a punctuation model's bpe.vocab and model.onnx) at its top level (or in its "
+            "single top folder)"
         )
     return root
 

@@ -6,7 +6,7 @@ import logging
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import typer
@@ -48,11 +48,15 @@ from streamasr.errors import InputError, UsageError
 from streamasr.render import (
     LiveRenderer,
     ProgressDisplay,
+    PunctuationRenderer,
     Renderer,
     SentenceCaseRenderer,
     TextRenderer,
 )
 from streamasr.stream import StreamOptions, StreamSession
+
+if TYPE_CHECKING:
+    from streamasr.punctuation import Punctuator
 
 log = logging.getLogger("streamasr")
 
@@ -160,12 +164,25 @@ def register(app: typer.Typer) -> None:
             typer.Option("--sentence-case", help="Finals in sentence case ('The right time to "
                          "act') for models that write all capitals."),
         ] = False,
+        punctuate: Annotated[
+            str | None,
+            typer.Option("--punctuate", metavar="MODEL", help="Punctuate and case finals with "
+                         "sherpa-onnx's online punctuation model: punct-en (after `streamasr "
+                         "models pull punct-en`) or a folder with model.onnx and bpe.vocab. "
+                         "Partials stay as recognised; wins over --sentence-case."),
+        ] = None,
         quiet: QuietOpt = False,
         verbose: VerboseOpt = False,
     ) -> None:
         """Stream audio files in fixed blocks: live partials, finals, first-token timing."""
         setup_logging(verbose)
         if server is not None:  # the same output, decoded by `streamasr serve` at that URL
+            if punctuate is not None:
+                with cli_errors():
+                    raise UsageError(
+                        "--punctuate works on local decoding only; drop --server, or "
+                        "punctuate the server's output yourself"
+                    )
             file_over_server(
                 server, paths, model_options, realtime, (raw, rate, channels), fmt, partials,
                 quiet,
@@ -191,11 +208,14 @@ def register(app: typer.Typer) -> None:
                     )
                 renderer = make_renderer(fmt_name, realtime, partials, quiet)
             check_inputs_exist(paths)
+            punctuator = load_punctuator(punctuate, sentence_case)
             recognizer, options = build(model_options, paced=realtime)
         if isinstance(renderer, TextRenderer) and len(paths) > 1:
             renderer.headers = True
         progress = None if quiet else progress_display(renderer)
-        if sentence_case:
+        if punctuator is not None:
+            renderer = PunctuationRenderer(renderer, punctuator.punctuate)
+        elif sentence_case:
             renderer = SentenceCaseRenderer(renderer)
         failed = 0
         for path in paths:
@@ -210,6 +230,20 @@ def register(app: typer.Typer) -> None:
         if failed:
             err_console.print(f"{failed} of {len(paths)} inputs failed", highlight=False)
             raise typer.Exit(1)
+
+
+def load_punctuator(value: str | None, sentence_case: bool) -> Punctuator | None:
+    """The punctuation model `--punctuate` names, loaded before the speech model so that a
+    missing or damaged folder fails in a second; it also restores case, so it wins over
+    --sentence-case (one warning says so)."""
+    if value is None:
+        return None
+    from streamasr import punctuation
+
+    punctuator = punctuation.load(value)
+    if sentence_case:
+        log.warning("--sentence-case is ignored: the --punctuate model restores case itself")
+    return punctuator
 
 
 def check_inputs_exist(paths: list[str]) -> None:
