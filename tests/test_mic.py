@@ -119,6 +119,25 @@ def test_listing_keeps_inputs_and_marks_the_default() -> None:
     assert "* " in table.splitlines()[1] and "48000" in table
 
 
+def test_the_device_is_checked_before_the_model_loads(tmp_path: Path) -> None:
+    """A fresh `mic` with a model folder that cannot load: the device error (none found, or
+    no such name, whichever this machine has) comes first and alone."""
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "tokens.txt").write_text("<blk> 0\n", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "streamasr", "mic", "--device", "no-such-device", "--model",
+         str(broken)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 1
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(
+        ("error: no audio input device", "error: no input device name contains 'no-such-device'")
+    ), result.stderr
+    assert "broken-model" not in result.stderr and "Traceback" not in result.stderr
+
+
 def test_channel_out_of_range_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="1..2"):
         MicSource(HEADSET, 0.1, channel=3)

@@ -180,6 +180,21 @@ def test_quiet_mic_says_warnings_only(pulse_server: PulseServer) -> None:
     assert said and all(line.startswith("the whole capture was silent") for line in said), said
 
 
+def test_an_unknown_device_is_said_before_the_model_loads(
+    pulse_server: PulseServer, tmp_path: Path
+) -> None:
+    """The model folder here cannot load; the device is checked first, so its error is the
+    one reported."""
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "tokens.txt").write_text("<blk> 0\n", encoding="utf-8")
+    result = run(["mic", "--device", "no-such-device", "--model", str(broken)], pulse_server.env)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: no input device name contains 'no-such-device'")
+    assert "pulse" in result.stderr  # the devices there are
+    assert "broken-model" not in result.stderr and "Traceback" not in result.stderr
+
+
 def test_mic_transcript_equals_file_transcript_and_save_reproduces_the_audio(
     pulse_server: PulseServer, clip: Path, tmp_path: Path
 ) -> None:

@@ -189,9 +189,10 @@ def register(app: typer.Typer) -> None:
                 check_number("--max-backlog", max_backlog, 0, 3600, "s", low_open=True)
                 check_number("--channel", channel, 1, 1024, "(1-based)")
                 fmt_name = choose_format(fmt)
+                # a missing or unknown device is said in a second, before the model loads
+                chosen = select_device(list_input_devices(), device)
                 recognizer, options = build(model_options, paced=True)
                 renderer = make_renderer(fmt_name, True, quiet=quiet)
-                chosen = select_device(list_input_devices(), device)
                 block_s = options.block_s or recognizer.chunk_s
                 source = MicSource(chosen, block_s, channel, max_backlog)
                 if save is not None:
