@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_models_reproducible import assert_same_onnx
 
 from streamasr.captions import Word
 from streamasr.events import Final, Partial, StreamSummary
@@ -230,13 +231,13 @@ def test_renderer_replaces_finals_only_and_words_when_counts_match() -> None:
     assert isinstance(empty, Final) and empty.text == ""
 
 
-def test_the_generator_rebuilds_the_bundled_files_byte_for_byte(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    pytest.importorskip("onnx")
+def test_the_generator_rebuilds_the_bundled_model(tmp_path: Path) -> None:
+    """Same vocabulary bytes; the same ONNX graph and metadata, weights within tolerance (on
+    another CPU torch's SIMD paths may move the last bits: tests/test_models_reproducible.py)."""
     done = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "make_punct_model.py"), "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    for name in ("model.onnx", "bpe.vocab"):
-        assert (tmp_path / name).read_bytes() == (PUNCT / name).read_bytes(), name
+    assert (tmp_path / "bpe.vocab").read_bytes() == (PUNCT / "bpe.vocab").read_bytes()
+    assert_same_onnx(tmp_path / "model.onnx", PUNCT / "model.onnx")
