@@ -97,8 +97,11 @@ class Final(Event):
 
     def __post_init__(self) -> None:
         if not self.words and self.tokens and len(self.token_times_s) == len(self.tokens):
-            words = words_of(self.tokens, self.token_times_s, self.end_s)
-            object.__setattr__(self, "words", words)
+            # only where the pieces spell the text (not byte-level pieces like <0xE4>)
+            spelled = "".join(self.tokens).replace(" ", "")
+            if spelled == self.text.replace(" ", ""):
+                words = words_of(self.tokens, self.token_times_s, self.end_s)
+                object.__setattr__(self, "words", words)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,12 @@ from streamasr.commands.common import (
     report_error,
     setup_logging,
 )
-from streamasr.commands.options import ModelOptions, build, with_model_options
+from streamasr.commands.options import (
+    ModelOptions,
+    build,
+    check_model_options,
+    with_model_options,
+)
 from streamasr.errors import DeviceError, OutputError, StreamAsrError, UsageError
 from streamasr.live import (  # noqa: F401 - the loop's names stay importable from here
     CaptureClock,
@@ -189,7 +194,9 @@ def register(app: typer.Typer) -> None:
                 check_number("--max-backlog", max_backlog, 0, 3600, "s", low_open=True)
                 check_number("--channel", channel, 1, 1024, "(1-based)")
                 fmt_name = choose_format(fmt)
-                # a missing or unknown device is said in a second, before the model loads
+                # the command line first (usage errors, CUDA), then the device, both said in a
+                # second, before the model loads
+                check_model_options(model_options, paced=True)
                 chosen = select_device(list_input_devices(), device)
                 recognizer, options = build(model_options, paced=True)
                 renderer = make_renderer(fmt_name, True, quiet=quiet)

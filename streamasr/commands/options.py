@@ -385,6 +385,17 @@ def verify_model(options: ModelOptions) -> None:
         store.verify_before_use(options.model)
 
 
+def check_model_options(options: ModelOptions, *, paced: bool) -> None:
+    """Every check build() makes before loading (ranges, combinations, the engine's fit,
+    CUDA), for commands that have more to check before the load (mic's device)."""
+    from streamasr.backends.registry import choose_backend
+
+    stream_options(options, paced=paced)
+    engine_options(options)
+    backend, _ = backend_and_device(options)
+    check_engine_fit(options, choose_backend(options.model, backend).name)
+
+
 def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOptions]:
     """Check every option before any audio is touched, then load the model via the registry."""
     from streamasr.backends.registry import choose_backend, load_recognizer
