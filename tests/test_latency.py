@@ -137,11 +137,12 @@ def test_published_aliases_and_settings():
     assert ms(b, "left_context_s") == pytest.approx(2.56)
 
 
-def test_unknown_model_name_lists_valid_names():
+def test_unknown_model_name_suggests_the_closest_valid_names():
     with pytest.raises(ModelError) as err:
         published_export("en-30M")
-    for alias in PUBLISHED_ALIASES:
-        assert alias in str(err.value)
+    assert "did you mean" in str(err.value) and "en-20M" in str(err.value)
+    close = str(err.value).split("did you mean", 1)[1].split("?")[0]
+    assert all(name.strip() in PUBLISHED_ALIASES for name in close.split(","))
 
 
 def test_published_model_refuses_a_chunk_it_was_not_released_with():
@@ -326,7 +327,8 @@ def test_cli_errors_go_to_stderr_with_exit_codes(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("STREAMASR_HOME", str(tmp_path / "empty-cache"))  # nothing pulled
     result = run(cli, "--model", "no-such-model-name")
     assert result.exit_code == 1
-    assert "en-20M" in result.stderr and result.stdout == ""
+    assert "unknown model 'no-such-model-name'" in result.stderr and result.stdout == ""
+    assert "streamasr models list" in result.stderr
     result = run(cli, "--att-context-size", "70,12")
     assert result.exit_code == 2 and "multiple" in result.stderr
     result = run(cli, "--model", "en-20M", "--measure")
