@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from streamasr.backends.nemo import NemoRecognizer
+from streamasr.cuda import GPU_INSTALL
 from streamasr.errors import DependencyError, ModelError, UsageError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,7 +56,7 @@ def test_cuda_without_a_gpu_says_which_and_the_fix():
         NemoRecognizer(STREAMING, "cuda")
     message = str(err.value)
     assert message.startswith("CUDA is not available (torch ")
-    assert "pip install 'streamasr[gpu]'" in message and "\n" not in message
+    assert GPU_INSTALL in message and "\n" not in message
 
 
 def test_missing_model_file_is_a_model_error(tmp_path):
@@ -104,7 +105,7 @@ def test_without_nemo_installed_the_error_names_the_extra(tmp_path):
         env={"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"},
     )
     assert "needs nemo_toolkit[asr], which is not installed" in out.stdout
-    assert "run: pip install 'streamasr[gpu]'" in out.stdout
+    assert f"run: {GPU_INSTALL}" in out.stdout
 
 
 def test_make_script_rebuilds_the_bundled_weights_and_tokenizer(tmp_path):
