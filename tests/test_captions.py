@@ -111,6 +111,8 @@ def test_output_dir_refusals_come_before_the_model_loads(tmp_path: Path) -> None
     bad = run(str(CLIPS / "0.wav"), "-o", str(tmp_path / "o"), "--format", "srt,live",
               cwd=tmp_path)
     assert bad.returncode == 2 and "txt, jsonl, srt, vtt" in bad.stderr
+    several = run(str(CLIPS / "0.wav"), "--format", "srt,vtt", cwd=tmp_path)
+    assert several.returncode == 2 and "add -o/--output-dir DIR" in several.stderr
 
 
 def test_sentence_case_option_on_every_output(tmp_path: Path) -> None:

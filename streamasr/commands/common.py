@@ -153,6 +153,11 @@ def choose_format(fmt: str | None) -> str:
         fmt = settings.format
     if fmt is None:
         return "live" if sys.stdout.isatty() else "text"
+    if "," in fmt:
+        raise UsageError(
+            f"--format {fmt}: several formats are written as files; add -o/--output-dir DIR "
+            "(or give one format for standard output)"
+        )
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r} is not known; use one of: {', '.join(FORMATS)}")
     return fmt
