@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from streamasr import catalog
 from streamasr.backends.base import BackendInfo, Recognizer
+from streamasr.distribution import catalog
 from streamasr.errors import ModelError, ModelMismatchError, UsageError
 from streamasr.mask import UNLIMITED, validate_att_context_size
 from streamasr.onnx_meta import EncoderMetadata
@@ -44,7 +44,7 @@ ZIPFORMER_OUTPUT_MS = 40.0  # 25 Hz encoder output: 2x front end, 2x output down
 
 @dataclass(frozen=True)
 class PublishedExport:
-    """A released model's export settings, as the catalog records them (`streamasr.catalog`).
+    """A released model's export settings, as the catalog records them (`distribution.catalog`).
 
     These are the values the released encoder files carry in their metadata, so
     `streamasr latency --model en-20M` works without downloading anything.

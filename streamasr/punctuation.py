@@ -45,7 +45,7 @@ def resolve(value: str) -> Path:
     A released model that is not pulled yet is refused with the pull command (nothing is
     downloaded behind the user's back).
     """
-    from streamasr import catalog, store
+    from streamasr.distribution import cache, catalog
 
     path = Path(value).expanduser()
     if path.is_dir():
@@ -62,7 +62,7 @@ def resolve(value: str) -> Path:
             f"punctuation model ({RELEASE_ALIAS}) or its folder"
         )
     if entry is not None:
-        cached = store.open_cached(value)
+        cached = cache.open_cached(value)
         if cached is None:
             raise ModelError(
                 f"punctuation model {value!r} ({entry.name}) is not downloaded yet; run "

@@ -88,7 +88,7 @@ def kind(tokens: Path) -> str:
 
 
 def test_known_release_is_judged_by_its_catalog_language(tmp_path: Path) -> None:
-    pytest.importorskip("streamasr.catalog")
+    pytest.importorskip("streamasr.distribution.catalog")
     zh = tmp_path / "zh.txt"
     zh.write_text("<blk> 0\n今 1\n天 2\n", encoding="utf-8")
     en = tmp_path / "en.txt"

@@ -19,7 +19,7 @@ import pytest
 from conftest import read_terminal
 from test_store import ArchiveServer
 
-from streamasr import catalog
+from streamasr.distribution import catalog
 
 REPO = Path(__file__).resolve().parent.parent
 CLIP = REPO / "models" / "tiny-en" / "test_wavs" / "4.wav"

@@ -16,6 +16,7 @@ import onnx
 import pytest
 import typer
 from onnx import TensorProto, helper
+from streamasr.onnx_meta import read_encoder_metadata
 from typer.testing import CliRunner
 
 from streamasr.commands.latency import register
@@ -32,7 +33,6 @@ from streamasr.latency import (
     with_measurement,
     zipformer_budget,
 )
-from streamasr.onnx_meta import read_encoder_metadata
 
 
 def ms(budget, key: str) -> float:
@@ -201,9 +201,10 @@ def test_metadata_errors_name_the_problem(tmp_path: Path):
 def _engine(files_dir: Path, chunk: int | None = None):
     """The export's files (for the derived budget) and the model loaded through the registry,
     the way `latency --measure` loads it."""
+    from streamasr.modeldir import resolve_model
+
     from streamasr.backends.base import EngineOptions, SherpaOptions
     from streamasr.backends.registry import load_recognizer
-    from streamasr.modeldir import resolve_model
 
     files = resolve_model(str(files_dir), chunk)
     options = EngineOptions(threads=1, sherpa=SherpaOptions(chunk=chunk))
@@ -345,7 +346,7 @@ def test_cli_errors_go_to_stderr_with_exit_codes(cli, tmp_path, monkeypatch):
 
 
 def test_every_catalog_alias_and_release_name_has_a_budget(cli):
-    from streamasr import catalog
+    from streamasr.distribution import catalog
 
     for entry in catalog.CATALOG:
         if entry.kind == "punctuation":  # not a speech model: refused, naming --punctuate
@@ -409,7 +410,7 @@ def test_measure_finds_a_pulled_model_the_way_file_does(tmp_path):
     from test_store import build_archive
     from test_store_security import streamasr
 
-    from streamasr import store
+    from streamasr.distribution.manifest import sha256_file
 
     home = tmp_path / "cache"
     missing = _latency_process(home, "--model", "en", "--measure")
@@ -419,7 +420,7 @@ def test_measure_finds_a_pulled_model_the_way_file_does(tmp_path):
     archive = tmp_path / "en.tar.bz2"
     archive.write_bytes(build_archive("sherpa-onnx-streaming-zipformer-en-2023-06-26"))
     pulled = streamasr(home, "models", "pull", "en", "--archive", str(archive),
-                       "--sha256", store.sha256_file(archive))
+                       "--sha256", sha256_file(archive))
     assert pulled.returncode == 0, pulled.stderr
     result = _latency_process(home, "--model", "en", "--measure", "-f", "json")
     assert result.returncode == 0, result.stderr

@@ -9,9 +9,11 @@ import typer
 from test_store import TINY, ArchiveServer, cache, server, tiny_archive
 from typer.testing import CliRunner
 
-from streamasr import catalog, store
 from streamasr.cli import app as main_app
 from streamasr.commands import models as models_commands
+from streamasr.distribution import catalog
+from streamasr.distribution.install import PART_SUFFIX
+from streamasr.distribution.manifest import sha256_file
 
 runner = CliRunner()
 
@@ -92,7 +94,7 @@ def test_resumed_pull_reports_it(
 ) -> None:
     url = server.serve("/tiny.tar.bz2", tiny_archive)
     cache.mkdir()
-    (cache / f"tiny{store.PART_SUFFIX}").write_bytes(tiny_archive[:200_000])
+    (cache / f"tiny{PART_SUFFIX}").write_bytes(tiny_archive[:200_000])
     result = models("pull", "tiny", "--url", url)
     assert result.exit_code == 0, result.output
     assert "resumed a partial download" in result.stderr
@@ -104,7 +106,7 @@ def test_verify_passes_then_fails_after_a_change(
 ) -> None:
     archive = tmp_path / "a.tar.bz2"
     archive.write_bytes(tiny_archive)
-    digest = store.sha256_file(archive)
+    digest = sha256_file(archive)
     assert models("pull", "tiny", "--archive", str(archive), "--sha256", digest).exit_code == 0
     ok = models("verify", "tiny")
     assert ok.exit_code == 0, ok.output

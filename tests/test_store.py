@@ -19,11 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from streamasr.modeldir import resolve_model
 
-from streamasr import catalog, store, store_verify
+from streamasr.distribution import catalog
+from streamasr.distribution.cache import LOCK_DIR, cache_dir, find_cached, verify_installed
+from streamasr.distribution.install import PART_SUFFIX, pull
+from streamasr.distribution.manifest import read_manifest
+from streamasr.distribution.pins import PIN_DIR
 from streamasr.errors import ModelError, UsageError
 from streamasr.latency import PUBLISHED_ALIASES
-from streamasr.modeldir import resolve_model
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "models" / "tiny-random-transducer"
@@ -159,7 +163,7 @@ def cache_leftovers(cache: Path) -> list[str]:
     if not cache.exists():
         return []
     return sorted(
-        p.name for p in cache.iterdir() if p.name not in (store.LOCK_DIR, store_verify.PIN_DIR)
+        p.name for p in cache.iterdir() if p.name not in (LOCK_DIR, PIN_DIR)
     )
 
 
@@ -173,7 +177,7 @@ def test_pull_installs_a_model_that_resolves_and_records_checksums(
     url = server.serve("/tiny.tar.bz2", tiny_archive)
     seen: list[tuple[int, int | None]] = []
     stages: list[str] = []
-    result = store.pull(
+    result = pull(
         "tiny", url=url, progress=lambda d, t: seen.append((d, t)), stage=stages.append, **fast()
     )
     assert stages == ["downloading", "checking sha256", "unpacking"]
@@ -183,7 +187,7 @@ def test_pull_installs_a_model_that_resolves_and_records_checksums(
     assert result.downloaded_bytes == len(tiny_archive)
     assert seen[-1] == (len(tiny_archive), len(tiny_archive))
     assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:], strict=False))
-    manifest = store.read_manifest(result.directory)
+    manifest = read_manifest(result.directory)
     originals = sorted(p.name for p in TINY.iterdir())
     assert sorted(manifest["files"]) == originals
     for name, info in manifest["files"].items():
@@ -192,7 +196,7 @@ def test_pull_installs_a_model_that_resolves_and_records_checksums(
     files = resolve_model(str(result.directory), chunk=16)
     assert files.kind == "transducer" and files.chunk == 16
     assert cache_leftovers(cache) == ["tiny"]  # no .part, no temporary folder
-    assert store.find_cached("tiny") == result.directory
+    assert find_cached("tiny") == result.directory
 
 
 def test_dropped_connection_resumes_with_a_range_request(
@@ -201,11 +205,11 @@ def test_dropped_connection_resumes_with_a_range_request(
     url = server.serve("/tiny.tar.bz2", tiny_archive)
     cut = len(tiny_archive) // 3
     server.state.drop_after, server.state.drops_left = cut, 1
-    result = store.pull("tiny", url=url, **fast())
+    result = pull("tiny", url=url, **fast())
     assert server.state.requests == [("/tiny.tar.bz2", None), ("/tiny.tar.bz2", f"bytes={cut}-")]
     assert result.archive_sha256 == hashlib.sha256(tiny_archive).hexdigest()
     assert result.downloaded_bytes == len(tiny_archive)
-    assert store.verify("tiny").ok
+    assert verify_installed("tiny").ok
 
 
 def test_resume_survives_a_redirect_and_a_stalled_connection(
@@ -215,7 +219,7 @@ def test_resume_survives_a_redirect_and_a_stalled_connection(
     server.state.redirects["/releases/tiny.tar.bz2"] = target
     cut = 250_000
     server.state.drop_after, server.state.drops_left, server.state.stall_s = cut, 1, 0.6
-    result = store.pull(
+    result = pull(
         "tiny", url=server.url("/releases/tiny.tar.bz2"), timeout_s=0.2, **fast()
     )
     paths = [path for path, _ in server.state.requests]
@@ -237,12 +241,12 @@ def test_a_failed_pull_keeps_the_part_file_and_the_next_pull_resumes_it(
     cut = 100_000
     server.state.drop_after, server.state.drops_left = cut, 1
     with pytest.raises(ModelError, match="run the same pull again to resume"):
-        store.pull("tiny", url=url, retries=0, **fast())
-    part = cache / f"tiny{store.PART_SUFFIX}"
+        pull("tiny", url=url, retries=0, **fast())
+    part = cache / f"tiny{PART_SUFFIX}"
     assert part.read_bytes() == tiny_archive[:cut]
     assert not (cache / "tiny").exists()
 
-    result = store.pull("tiny", url=url, retries=0, **fast())
+    result = pull("tiny", url=url, retries=0, **fast())
     assert server.state.requests[-1] == ("/tiny.tar.bz2", f"bytes={cut}-")
     assert result.resumed_from_bytes == cut
     assert result.downloaded_bytes == len(tiny_archive) - cut
@@ -255,9 +259,9 @@ def test_a_server_that_ignores_range_restarts_the_file_cleanly(
 ) -> None:
     url = server.serve("/tiny.tar.bz2", tiny_archive)
     (cache).mkdir()
-    (cache / f"tiny{store.PART_SUFFIX}").write_bytes(tiny_archive[:5000])
+    (cache / f"tiny{PART_SUFFIX}").write_bytes(tiny_archive[:5000])
     server.state.ignore_range = True
-    result = store.pull("tiny", url=url, **fast())
+    result = pull("tiny", url=url, **fast())
     assert server.state.requests == [("/tiny.tar.bz2", "bytes=5000-")]
     assert result.archive_sha256 == hashlib.sha256(tiny_archive).hexdigest()
 
@@ -267,10 +271,10 @@ def test_a_complete_part_file_is_not_downloaded_again(
 ) -> None:
     url = server.serve("/tiny.tar.bz2", tiny_archive)
     cache.mkdir()
-    (cache / f"tiny{store.PART_SUFFIX}").write_bytes(tiny_archive)
-    result = store.pull("tiny", url=url, **fast())  # server answers 416: nothing left to send
+    (cache / f"tiny{PART_SUFFIX}").write_bytes(tiny_archive)
+    result = pull("tiny", url=url, **fast())  # server answers 416: nothing left to send
     assert server.state.requests == [("/tiny.tar.bz2", f"bytes={len(tiny_archive)}-")]
-    assert result.downloaded_bytes == 0 and store.verify("tiny").ok
+    assert result.downloaded_bytes == 0 and verify_installed("tiny").ok
 
 
 def test_checksum_mismatch_is_refused_and_leaves_nothing(
@@ -279,7 +283,7 @@ def test_checksum_mismatch_is_refused_and_leaves_nothing(
     url = server.serve("/tiny.tar.bz2", tiny_archive)
     wrong = "0" * 64
     with pytest.raises(ModelError, match="does not match .* from --sha256.*deleted"):
-        store.pull("tiny", url=url, sha256=wrong, **fast())
+        pull("tiny", url=url, sha256=wrong, **fast())
     assert cache_leftovers(cache) == []
 
 
@@ -290,7 +294,7 @@ def test_a_mirror_serving_other_bytes_fails_the_catalog_checksum(
     assert entry.archive_sha256 is not None
     url = server.serve(f"/{entry.name}.tar.bz2", tiny_archive)
     with pytest.raises(ModelError, match=f"does not match {entry.archive_sha256} from the catalog"):
-        store.pull("en-20M", url=url, **fast())
+        pull("en-20M", url=url, **fast())
     assert cache_leftovers(cache) == []
 
 
@@ -299,9 +303,9 @@ def test_matching_sha256_is_accepted_and_reported(
 ) -> None:
     url = server.serve("/tiny.tar.bz2", tiny_archive)
     digest = hashlib.sha256(tiny_archive).hexdigest()
-    result = store.pull("tiny", url=url, sha256=digest.upper(), **fast())
+    result = pull("tiny", url=url, sha256=digest.upper(), **fast())
     assert result.checksum_source == "--sha256"
-    assert store.verify("tiny").archive_checksum == "--sha256"
+    assert verify_installed("tiny").archive_checksum == "--sha256"
 
 
 def _file_member(name: str, data: bytes = b"evil") -> tuple[tarfile.TarInfo, io.BytesIO]:
@@ -335,7 +339,7 @@ def test_malicious_archives_are_refused(tmp_path: Path, cache: Path, label: str)
         tar.add(TINY / "tokens.txt", arcname="m/tokens.txt")
         tar.addfile(*make())
     with pytest.raises(ModelError, match=f"refusing to unpack.*{why}"):
-        store.pull(f"bad-{label}", archive=bad)
+        pull(f"bad-{label}", archive=bad)
     assert cache_leftovers(cache) == []
     assert not (tmp_path / "evil").exists() and not (cache.parent / "evil").exists()
     assert not Path("/tmp/streamasr-evil").exists()
@@ -347,7 +351,7 @@ def test_a_truncated_archive_leaves_no_half_model(
     truncated = tmp_path / "t.tar.bz2"
     truncated.write_bytes(tiny_archive[: len(tiny_archive) // 2])
     with pytest.raises(ModelError, match="could not be unpacked|not a readable tar"):
-        store.pull("tiny", archive=truncated)
+        pull("tiny", archive=truncated)
     assert cache_leftovers(cache) == []
     assert truncated.exists()  # the user's own file is never deleted
 
@@ -357,7 +361,7 @@ def test_an_archive_without_a_model_is_refused(tmp_path: Path, cache: Path) -> N
     with tarfile.open(path, "w:bz2") as tar:
         tar.addfile(*_file_member("x/readme.txt", b"hello"))
     with pytest.raises(ModelError, match="does not hold a sherpa-onnx model"):
-        store.pull("x", archive=path)
+        pull("x", archive=path)
     assert cache_leftovers(cache) == []
 
 
@@ -366,8 +370,8 @@ def test_verify_reports_changed_missing_and_extra_files(
 ) -> None:
     archive = tmp_path / "tiny.tar.bz2"
     archive.write_bytes(tiny_archive)
-    directory = store.pull("tiny", archive=archive).directory
-    clean = store.verify("tiny")
+    directory = pull("tiny", archive=archive).directory
+    clean = verify_installed("tiny")
     assert clean.ok and clean.checked == len(list(TINY.iterdir())) and clean.extra == ()
 
     tokens = directory / "tokens.txt"
@@ -375,7 +379,7 @@ def test_verify_reports_changed_missing_and_extra_files(
     joiner = next(directory.glob("joiner-*chunk-32*.onnx"))
     joiner.unlink()
     (directory / "notes.txt").write_text("mine")
-    report = store.verify("tiny")
+    report = verify_installed("tiny")
     assert not report.ok
     assert report.changed == ("tokens.txt",)
     assert report.missing == (joiner.name,)
@@ -387,25 +391,25 @@ def test_same_size_change_is_detected_by_hash(
 ) -> None:
     archive = tmp_path / "tiny.tar.bz2"
     archive.write_bytes(tiny_archive)
-    directory = store.pull("tiny", archive=archive).directory
+    directory = pull("tiny", archive=archive).directory
     encoder = next(directory.glob("encoder-*chunk-16*.onnx"))
     data = bytearray(encoder.read_bytes())
     data[len(data) // 2] ^= 0xFF
     encoder.write_bytes(bytes(data))
-    assert store.verify("tiny").changed == (encoder.name,)
+    assert verify_installed("tiny").changed == (encoder.name,)
 
 
 def test_pull_again_is_a_no_op_and_force_reinstalls(
     server: ArchiveServer, cache: Path, tiny_archive: bytes
 ) -> None:
     url = server.serve("/tiny.tar.bz2", tiny_archive)
-    directory = store.pull("tiny", url=url, **fast()).directory
+    directory = pull("tiny", url=url, **fast()).directory
     (directory / "tokens.txt").write_text("damaged")
-    again = store.pull("tiny", url=url, **fast())
+    again = pull("tiny", url=url, **fast())
     assert again.already_installed and len(server.state.requests) == 1
-    assert not store.verify("tiny").ok
-    store.pull("tiny", url=url, force=True, **fast())
-    assert store.verify("tiny").ok
+    assert not verify_installed("tiny").ok
+    pull("tiny", url=url, force=True, **fast())
+    assert verify_installed("tiny").ok
     assert cache_leftovers(cache) == ["tiny"]
 
 
@@ -416,23 +420,23 @@ def test_archive_install_under_a_catalog_name_is_found_by_alias(
     assert entry.archive_sha256 is None  # not published: recorded on first download
     archive = tmp_path / "a.tar.bz2"
     archive.write_bytes(tiny_archive)
-    result = store.pull("multi-zh-hans", archive=archive)
+    result = pull("multi-zh-hans", archive=archive)
     assert result.directory == cache / entry.name
-    assert store.find_cached("multi-zh-hans") == result.directory
-    assert store.find_cached(entry.name) == result.directory
-    assert store.read_manifest(result.directory)["archive_checksum"] == "recorded"
+    assert find_cached("multi-zh-hans") == result.directory
+    assert find_cached(entry.name) == result.directory
+    assert read_manifest(result.directory)["archive_checksum"] == "recorded"
 
 
 def test_unknown_name_suggests_the_closest_catalog_names(cache: Path) -> None:
     with pytest.raises(ModelError, match="`streamasr models list` shows"):
-        store.pull("no-such-model")
+        pull("no-such-model")
     with pytest.raises(ModelError, match="did you mean en, en-20M"):
-        store.verify("en-20N")
+        verify_installed("en-20N")
 
 
 def test_http_404_is_a_clear_error(server: ArchiveServer, cache: Path) -> None:
     with pytest.raises(ModelError, match="HTTP 404 Not Found.*--archive FILE"):
-        store.pull("tiny", url=server.url("/missing.tar.bz2"), **fast())
+        pull("tiny", url=server.url("/missing.tar.bz2"), **fast())
     assert cache_leftovers(cache) == []
 
 
@@ -441,24 +445,24 @@ def test_unreachable_server_suggests_a_mirror_or_a_manual_download(cache: Path) 
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     with pytest.raises(ModelError, match="cannot reach 127.0.0.1.*--url URL.*--archive FILE"):
-        store.pull("tiny", url=f"http://127.0.0.1:{port}/x.tar.bz2", **fast())
+        pull("tiny", url=f"http://127.0.0.1:{port}/x.tar.bz2", **fast())
 
 
 def test_bad_option_combinations_are_usage_errors(cache: Path, tmp_path: Path) -> None:
     with pytest.raises(UsageError):
-        store.pull("tiny", url="http://127.0.0.1/x", archive=tmp_path / "x")
+        pull("tiny", url="http://127.0.0.1/x", archive=tmp_path / "x")
     with pytest.raises(UsageError, match="64 hex"):
-        store.pull("tiny", url="http://127.0.0.1/x", sha256="abc")
+        pull("tiny", url="http://127.0.0.1/x", sha256="abc")
     with pytest.raises(UsageError, match="folder name"):
-        store.pull("../escape", url="http://127.0.0.1/x")
+        pull("../escape", url="http://127.0.0.1/x")
 
 
 def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("STREAMASR_HOME", str(tmp_path / "h"))
-    assert store.cache_dir() == tmp_path / "h"
+    assert cache_dir() == tmp_path / "h"
     monkeypatch.delenv("STREAMASR_HOME")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
-    assert store.cache_dir() == tmp_path / "x" / "streamasr" / "models"
+    assert cache_dir() == tmp_path / "x" / "streamasr" / "models"
 
 
 def test_catalog_aliases_agree_with_the_latency_table() -> None:

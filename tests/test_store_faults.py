@@ -16,7 +16,10 @@ import pytest
 from test_store import ArchiveServer, cache, cache_leftovers, fast, server, tiny_archive
 from test_store_security import streamasr
 
-from streamasr import catalog, store
+from streamasr.distribution import catalog
+from streamasr.distribution.cache import find_cached, installed_models, verify_installed
+from streamasr.distribution.install import PART_SUFFIX, pull
+from streamasr.distribution.manifest import MANIFEST_NAME, read_manifest
 from streamasr.errors import ModelError
 
 __all__ = ["cache", "server", "tiny_archive"]  # fixtures shared with test_store
@@ -32,11 +35,11 @@ def test_a_trickling_server_is_a_stall(server: ArchiveServer, cache: Path,
     server.state.trickle_s = 0.1
     start = time.monotonic()
     with pytest.raises(ModelError, match=r"failed after 2 attempt\(s\): stalled: \d+ bytes"):
-        store.pull("tiny", url=url, timeout_s=0.6, retries=1, min_window_bytes=1024, **fast())
+        pull("tiny", url=url, timeout_s=0.6, retries=1, min_window_bytes=1024, **fast())
     assert time.monotonic() - start < 10  # two windows and a little, not the whole file
     assert len(server.state.requests) == 2
     assert server.state.requests[1][1] is not None  # the retry asked for the rest (Range)
-    part = cache / f"tiny{store.PART_SUFFIX}"
+    part = cache / f"tiny{PART_SUFFIX}"
     assert 0 < part.stat().st_size < 100  # what trickled in is kept for the next pull
     assert not (cache / "tiny").exists()
 
@@ -58,7 +61,7 @@ def test_a_trickle_through_the_cli_ends_with_a_clear_error(
 
 def _garbage_part(cache: Path, size: int = 5000) -> Path:
     cache.mkdir(exist_ok=True)
-    part = cache / f"tiny{store.PART_SUFFIX}"
+    part = cache / f"tiny{PART_SUFFIX}"
     part.write_bytes(os.urandom(size))
     return part
 
@@ -70,10 +73,10 @@ def test_a_resumed_download_failing_its_checksum_restarts_from_zero_once(
     _garbage_part(cache)
     digest = hashlib.sha256(tiny_archive).hexdigest()
     stages: list[str] = []
-    result = store.pull("tiny", url=url, sha256=digest, stage=stages.append, **fast())
+    result = pull("tiny", url=url, sha256=digest, stage=stages.append, **fast())
     assert server.state.requests == [("/tiny.tar.bz2", "bytes=5000-"), ("/tiny.tar.bz2", None)]
     assert "restarting from zero" in stages
-    assert result.archive_sha256 == digest and store.verify("tiny").ok
+    assert result.archive_sha256 == digest and verify_installed("tiny").ok
     assert cache_leftovers(cache) == ["tiny"]
 
 
@@ -83,10 +86,10 @@ def test_a_resumed_download_that_does_not_unpack_restarts_from_zero_once(
     """No checksum to compare with (a custom model): an unreadable archive tells instead."""
     url = server.serve("/tiny.tar.bz2", tiny_archive)
     _garbage_part(cache)
-    result = store.pull("tiny", url=url, **fast())
+    result = pull("tiny", url=url, **fast())
     assert [r for _, r in server.state.requests] == ["bytes=5000-", None]
     assert result.archive_sha256 == hashlib.sha256(tiny_archive).hexdigest()
-    assert store.verify("tiny").ok
+    assert verify_installed("tiny").ok
 
 
 def test_a_restart_happens_once_and_then_the_error_stands(
@@ -95,7 +98,7 @@ def test_a_restart_happens_once_and_then_the_error_stands(
     url = server.serve("/tiny.tar.bz2", tiny_archive)
     _garbage_part(cache)
     with pytest.raises(ModelError, match="does not match"):
-        store.pull("tiny", url=url, sha256="0" * 64, **fast())
+        pull("tiny", url=url, sha256="0" * 64, **fast())
     assert len(server.state.requests) == 2
     assert cache_leftovers(cache) == []  # no .part left to poison the next pull
 
@@ -135,8 +138,8 @@ def test_a_damaged_manifest_says_so_and_how_to_repull(
     home = tmp_path / "cache"
     archive = tmp_path / "a.tar.bz2"
     archive.write_bytes(tiny_archive)
-    directory = store.pull("tiny", archive=archive, cache=home).directory
-    manifest_path = directory / store.MANIFEST_NAME
+    directory = pull("tiny", archive=archive, cache=home).directory
+    manifest_path = directory / MANIFEST_NAME
     manifest = json.loads(manifest_path.read_text())
     manifest_path.write_text(json.dumps(DAMAGE[label](manifest)))
     result = streamasr(home, "models", "verify", "tiny")
@@ -178,18 +181,18 @@ def test_a_nemo_file_installs_as_one_checksummed_file(
 ) -> None:
     url = server.serve("/models/tiny-stream.nemo", nemo_bytes)
     digest = hashlib.sha256(nemo_bytes).hexdigest()
-    result = store.pull("tiny-nemo", url=url, sha256=digest, **fast())
+    result = pull("tiny-nemo", url=url, sha256=digest, **fast())
     assert result.directory == cache / "tiny-nemo" and result.files == 1
     assert (result.directory / "tiny-stream.nemo").read_bytes() == nemo_bytes
-    manifest = store.read_manifest(result.directory)
+    manifest = read_manifest(result.directory)
     installed = result.directory / "tiny-stream.nemo"
     assert manifest["files"] == {"tiny-stream.nemo": {
         "sha256": digest, "bytes": len(nemo_bytes), "mtime_ns": installed.stat().st_mtime_ns}}
-    assert store.verify("tiny-nemo").ok
-    assert store.find_cached("tiny-nemo") == result.directory
-    assert [m.name for m in store.installed_models(cache)] == ["tiny-nemo"]
+    assert verify_installed("tiny-nemo").ok
+    assert find_cached("tiny-nemo") == result.directory
+    assert [m.name for m in installed_models(cache)] == ["tiny-nemo"]
     assert cache_leftovers(cache) == ["tiny-nemo"]  # no .part, no temporary folder
-    again = store.pull("tiny-nemo", url=url, **fast())
+    again = pull("tiny-nemo", url=url, **fast())
     assert again.already_installed and len(server.state.requests) == 1
 
 
@@ -201,12 +204,12 @@ def test_a_catalog_nemo_model_resumes_and_installs_under_its_name(
     url = server.serve(f"/{entry.file_name}", nemo_bytes)
     cut = len(nemo_bytes) // 3
     server.state.drop_after, server.state.drops_left = cut, 1
-    result = store.pull("parakeet-eou-120m", url=url, **fast())
+    result = pull("parakeet-eou-120m", url=url, **fast())
     assert server.state.requests[1] == (f"/{entry.file_name}", f"bytes={cut}-")
     assert result.directory == cache / entry.name
     assert (result.directory / entry.file_name).read_bytes() == nemo_bytes
     assert result.checksum_source is None  # not published: recorded on first download
-    assert store.verify("parakeet-eou-120m").ok
+    assert verify_installed("parakeet-eou-120m").ok
 
 
 def test_an_interrupted_nemo_download_is_never_half_installed(
@@ -215,10 +218,10 @@ def test_an_interrupted_nemo_download_is_never_half_installed(
     url = server.serve("/x.nemo", nemo_bytes)
     server.state.drop_after, server.state.drops_left = 10_000, 1
     with pytest.raises(ModelError, match="run the same pull again to resume"):
-        store.pull("tiny-nemo", url=url, retries=0, **fast())
-    assert store.find_cached("tiny-nemo") is None and not (cache / "tiny-nemo").exists()
+        pull("tiny-nemo", url=url, retries=0, **fast())
+    assert find_cached("tiny-nemo") is None and not (cache / "tiny-nemo").exists()
     assert (cache / "tiny-nemo.nemo.part").stat().st_size == 10_000
-    result = store.pull("tiny-nemo", url=url, retries=0, **fast())
+    result = pull("tiny-nemo", url=url, retries=0, **fast())
     assert result.resumed_from_bytes == 10_000
     assert (result.directory / "x.nemo").read_bytes() == nemo_bytes
 
@@ -228,11 +231,11 @@ def test_a_nemo_with_the_wrong_checksum_or_shape_is_refused(
 ) -> None:
     url = server.serve("/x.nemo", nemo_bytes)
     with pytest.raises(ModelError, match="does not match"):
-        store.pull("tiny-nemo", url=url, sha256="1" * 64, **fast())
+        pull("tiny-nemo", url=url, sha256="1" * 64, **fast())
     assert cache_leftovers(cache) == []
     junk = server.serve("/junk.nemo", os.urandom(50_000))
     with pytest.raises(ModelError, match="is not a NeMo model"):
-        store.pull("junk-nemo", url=junk, **fast())
+        pull("junk-nemo", url=junk, **fast())
     assert cache_leftovers(cache) == []
 
 
@@ -241,7 +244,7 @@ def test_a_nemo_over_the_cap_is_stopped_while_downloading(
 ) -> None:
     url = server.serve("/x.nemo", nemo_bytes)
     with pytest.raises(ModelError, match="larger than 0.1 MB"):
-        store.pull("tiny-nemo", url=url, max_unpacked_mb=0.1, **fast())
+        pull("tiny-nemo", url=url, max_unpacked_mb=0.1, **fast())
     assert cache_leftovers(cache) == []
 
 
@@ -266,7 +269,7 @@ def test_a_pulled_nemo_model_runs_by_its_name(server: ArchiveServer, cache: Path
     model = Path(__file__).resolve().parent.parent / "models" / "tiny-nemo-streaming"
     data = (model / "tiny-nemo-streaming.nemo").read_bytes()
     url = server.serve("/tiny-nemo-streaming.nemo", data)
-    store.pull("my-nemo", url=url, sha256=hashlib.sha256(data).hexdigest(), **fast())
+    pull("my-nemo", url=url, sha256=hashlib.sha256(data).hexdigest(), **fast())
     clip = Path(__file__).resolve().parent.parent / "models" / "tiny-en" / "test_wavs" / "4.wav"
     done = streamasr(cache, "file", str(clip), "--model", "my-nemo", "--device", "cpu",
                      "--att-context-size", "70,1", "--format", "jsonl", timeout=300)

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from test_store import TINY, ArchiveServer, cache_leftovers, server
 
-from streamasr import store
+from streamasr.distribution.install import pull, pull_target, unpacked_cap_bytes
+from streamasr.distribution.manifest import MANIFEST_NAME
+from streamasr.errors import ModelError
 
 __all__ = ["server"]  # fixture shared with test_store
 
@@ -184,7 +186,7 @@ def test_an_archive_made_by_gnu_tar_with_dot_entries_installs(tmp_path: Path) ->
     result = streamasr(home, "models", "pull", "dot", "--archive", str(path))
     assert result.returncode == 0, result.stderr
     directory = Path(result.stdout.strip())
-    assert sorted(p.name for p in directory.iterdir() if p.name != store.MANIFEST_NAME) == sorted(
+    assert sorted(p.name for p in directory.iterdir() if p.name != MANIFEST_NAME) == sorted(
         p.name for p in TINY.iterdir()
     )
     for original in TINY.iterdir():
@@ -259,14 +261,14 @@ def test_the_default_cap_refuses_a_bomb(tmp_path: Path, monkeypatch: pytest.Monk
     bomb = sparse_archive(tmp_path / "sparse.tar.gz", tmp_path, 300)
     home = tmp_path / "cache"
     monkeypatch.setenv("STREAMASR_HOME", str(home))
-    with pytest.raises(store.ModelError, match="more than 256.0 MB"):
-        store.pull("bomb", archive=bomb)
+    with pytest.raises(ModelError, match="more than 256.0 MB"):
+        pull("bomb", archive=bomb)
     assert cache_leftovers(home) == []
-    target = store.pull_target("en-kroko", have_archive=True)
-    assert store.unpacked_cap_bytes(target, 1, None) == 3 * 55 << 20
-    custom = store.pull_target("x", url="http://127.0.0.1/x.tar.bz2")
-    assert store.unpacked_cap_bytes(custom, 100 << 20, None) == 2000 << 20
-    assert store.unpacked_cap_bytes(custom, 100 << 20, 5.0) == 5 << 20
+    target = pull_target("en-kroko", have_archive=True)
+    assert unpacked_cap_bytes(target, 1, None) == 3 * 55 << 20
+    custom = pull_target("x", url="http://127.0.0.1/x.tar.bz2")
+    assert unpacked_cap_bytes(custom, 100 << 20, None) == 2000 << 20
+    assert unpacked_cap_bytes(custom, 100 << 20, 5.0) == 5 << 20
 
 
 def test_bad_cap_and_timeout_values_are_usage_errors(tmp_path: Path) -> None:

@@ -28,7 +28,9 @@ from conftest import require_tool
 from test_store import TINY, ArchiveServer, cache_leftovers, server, tiny_archive
 from test_store_security import streamasr
 
-from streamasr import catalog, store, store_verify
+from streamasr.distribution import catalog
+from streamasr.distribution.manifest import MANIFEST_NAME, read_manifest
+from streamasr.distribution.pins import pin_path
 
 __all__ = ["server", "tiny_archive"]  # fixtures shared with test_store
 
@@ -80,7 +82,7 @@ def test_a_first_download_is_pinned_and_other_bytes_are_refused_until_accepted(
     first = streamasr(home, "models", "pull", "tiny", "--url", url)
     assert first.returncode == 0, first.stderr
     assert f"recorded on first download: {sha(tiny_archive)}" in first.stderr
-    pin = json.loads(store_verify.pin_path(home, "tiny").read_text())
+    pin = json.loads(pin_path(home, "tiny").read_text())
     assert pin["sha256"] == sha(tiny_archive) and pin["source"] == url
 
     changed = other_archive()
@@ -92,7 +94,7 @@ def test_a_first_download_is_pinned_and_other_bytes_are_refused_until_accepted(
     assert "--accept-new-checksum" in line and "installed copy, if any, is unchanged" in line
     assert streamasr(home, "models", "verify", "tiny").returncode == 0  # nothing lost
     assert cache_leftovers(home) == ["tiny"]  # the refused download is gone
-    manifest = store.read_manifest(home / "tiny")
+    manifest = read_manifest(home / "tiny")
     assert manifest["archive_sha256"] == sha(tiny_archive)
 
     # the pin lives outside the model folder: removing the folder does not launder the change
@@ -106,7 +108,7 @@ def test_a_first_download_is_pinned_and_other_bytes_are_refused_until_accepted(
     accepted = streamasr(home, "models", "pull", "tiny", "--url", url, "--accept-new-checksum")
     assert accepted.returncode == 0, accepted.stderr
     assert f"pinned now, replacing {sha(tiny_archive)}" in accepted.stderr
-    assert json.loads(store_verify.pin_path(home, "tiny").read_text())["sha256"] == sha(changed)
+    assert json.loads(pin_path(home, "tiny").read_text())["sha256"] == sha(changed)
     same = streamasr(home, "models", "pull", "tiny", "--url", url, "--force")
     assert same.returncode == 0, same.stderr
     assert "matches the sha256 pinned at the first download" in same.stderr
@@ -130,11 +132,11 @@ def test_an_install_from_before_pins_is_pinned_by_its_manifest(
     """A cache written by the previous version: no pin file, manifests without mtimes."""
     home = tmp_path / "cache"
     directory = pulled(home, tiny_archive, tmp_path)
-    store_verify.pin_path(home, "tiny").unlink()
-    manifest = json.loads((directory / store.MANIFEST_NAME).read_text())
+    pin_path(home, "tiny").unlink()
+    manifest = json.loads((directory / MANIFEST_NAME).read_text())
     for info in manifest["files"].values():
         del info["mtime_ns"]
-    (directory / store.MANIFEST_NAME).write_text(json.dumps(manifest))
+    (directory / MANIFEST_NAME).write_text(json.dumps(manifest))
 
     changed = tmp_path / "changed.tar.bz2"
     changed.write_bytes(other_archive())
@@ -145,7 +147,7 @@ def test_an_install_from_before_pins_is_pinned_by_its_manifest(
     # the old manifest is hashed once on first use, then records sizes and mtimes
     used = streamasr(home, "file", str(CLIP), "--model", "tiny", "--format", "jsonl")
     assert used.returncode == 0, used.stderr
-    upgraded = store.read_manifest(directory)["files"]
+    upgraded = read_manifest(directory)["files"]
     assert all(  # type: ignore[union-attr]
         info["mtime_ns"] == (directory / rel).stat().st_mtime_ns
         for rel, info in upgraded.items()  # type: ignore[union-attr]
@@ -211,7 +213,7 @@ def test_a_touched_but_unchanged_file_is_hashed_once_and_recorded(
     os.utime(tokens, ns=(tokens.stat().st_atime_ns, tokens.stat().st_mtime_ns + 10**9))
     result = streamasr(home, "file", str(CLIP), "--model", "tiny", "--format", "jsonl")
     assert result.returncode == 0, result.stderr
-    recorded = store.read_manifest(directory)["files"]["tokens.txt"]  # type: ignore[index]
+    recorded = read_manifest(directory)["files"]["tokens.txt"]  # type: ignore[index]
     assert recorded["mtime_ns"] == tokens.stat().st_mtime_ns
 
 

@@ -169,7 +169,7 @@ def choose_backend(model: str | None, name: str | None = None) -> BackendEntry:
     """
     if name:
         return find_backend(name)
-    from streamasr import catalog
+    from streamasr.distribution import catalog
 
     released = catalog.find(model) if model else None
     if released is not None:

@@ -235,7 +235,7 @@ def model_metric(model_name: str, token_type: str) -> str:
     release (Chinese -> cer, Chinese+English -> mer), else its token type (what the backend
     declares in BackendInfo.token_type: cjkchar -> cer, cjkchar+bpe -> mer, else wer)."""
     try:
-        from streamasr.catalog import find
+        from streamasr.distribution.catalog import find
 
         entry = find(model_name)
     except ImportError:  # pragma: no cover - catalog is part of the package
@@ -275,7 +275,7 @@ def info_metric(
     user gave or the loaded model's own, or a CJK token type); otherwise, given the references,
     by what they are written in (a Chinese test set scored on a byte-level model is CER);
     else wer."""
-    from streamasr.catalog import find
+    from streamasr.distribution.catalog import find
 
     name = model if model is not None and find(model) is not None else info.model_name
     declares = find(name) is not None or info.token_type in ("cjkchar", "cjkchar+bpe")

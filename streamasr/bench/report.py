@@ -35,8 +35,8 @@ from streamasr.backends.base import BackendInfo
 from streamasr.bench.datasets import Dataset
 from streamasr.bench.metrics import percentiles, total_counts
 from streamasr.bench.runner import UtteranceRecord
+from streamasr.distribution.manifest import sha256_file
 from streamasr.errors import InputError, UsageError
-from streamasr.store import sha256_file
 
 SCHEMA = "streamasr-bench/1"
 

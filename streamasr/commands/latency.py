@@ -181,8 +181,8 @@ def _engine_of(model: str | None, backend: str | None) -> str:
     A released name that is not on disk stays with the catalog's arithmetic (sherpa-onnx's
     path), which knows NeMo releases too.
     """
-    from streamasr import catalog
     from streamasr.backends.registry import choose_backend
+    from streamasr.distribution import catalog
 
     if backend is None and model is not None and not Path(model).exists():
         if catalog.find(model) is not None:
@@ -241,7 +241,7 @@ def _model_budget(
     Catalog names resolve through the catalog (settings, no download needed) and, for
     `--measure`, through the model cache the way `file --model NAME` finds them.
     """
-    from streamasr import catalog, store
+    from streamasr.distribution import cache, catalog
     from streamasr.modeldir import list_bundled, resolve_model
     from streamasr.onnx_meta import read_encoder_metadata
 
@@ -255,10 +255,10 @@ def _model_budget(
                 "release, which is not downloaded here: pass --model PATH.nemo (its .nemo "
                 "file or folder) to measure it, or drop --measure for its derived budget"
             )
-        if store.find_cached(model) is None:
+        if cache.find_cached(model) is None:
             raise UsageError(
                 f"--measure runs the real engine, so it needs the model's files; {model} is "
-                f"not in the cache {store.cache_dir()}. Download it with "
+                f"not in the cache {cache.cache_dir()}. Download it with "
                 f"`streamasr models pull {model}`, or pass --model DIR"
             )
     elif model is not None and model.endswith(".onnx") and Path(model).is_file():
@@ -271,7 +271,7 @@ def _model_budget(
             )
         return budget_from_metadata(meta)
     elif model is not None and not Path(model).exists() and model not in list_bundled():
-        if store.find_cached(model) is None:  # a custom name pulled with --url/--archive
+        if cache.find_cached(model) is None:  # a custom name pulled with --url/--archive
             raise ModelError(
                 f"unknown model {model!r}: not a directory, a released model or a bundled one; "
                 f"{catalog.did_you_mean(model, list_bundled())}. Or pass a model directory"

@@ -25,11 +25,21 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from streamasr import store
-from streamasr.catalog import CATALOG, find
 from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup_logging
+from streamasr.distribution import install
+from streamasr.distribution.cache import (
+    cache_dir,
+    describe_entry_state,
+    find_cached,
+    installed_models,
+    require_cached,
+    verify_installed,
+)
+from streamasr.distribution.catalog import CATALOG, find
+from streamasr.distribution.download import DEFAULT_TIMEOUT_S, ProgressFn
+from streamasr.distribution.local_models import describe_folder
+from streamasr.distribution.manifest import MANIFEST_NAME
 from streamasr.errors import ModelError, UsageError
-from streamasr.localmodels import describe_folder
 from streamasr.modeldir import bundled_models_dir, list_bundled
 
 models_app = typer.Typer(
@@ -60,10 +70,10 @@ def list_models(
     with cli_errors():
         if fmt not in LIST_FORMATS:
             raise UsageError(f"--format {fmt!r} is not known; use one of: table, json")
-        cache = store.cache_dir()
+        cache = cache_dir()
         rows: list[dict[str, object]] = []
         for entry in CATALOG:
-            directory = store.find_cached(entry.name, cache)
+            directory = find_cached(entry.name, cache)
             rows.append({
                 "name": entry.name,
                 "aliases": list(entry.aliases),
@@ -79,12 +89,12 @@ def list_models(
                 "size_mb": entry.size_mb,
                 "size_exact": entry.archive_bytes is not None,
                 "archive_sha256": entry.archive_sha256,
-                "installed": store.describe_entry_state(entry, cache),
+                "installed": describe_entry_state(entry, cache),
                 "directory": str(directory) if directory else None,
                 "description": entry.description,
             })
         known = {entry.name for entry in CATALOG}
-        custom = [m for m in store.installed_models(cache) if m.name not in known]
+        custom = [m for m in installed_models(cache) if m.name not in known]
         for model in custom:
             installed = "yes" if model.has_manifest else "yes (no manifest)"
             rows.append(_local_row(model.name, model.directory, installed,
@@ -180,7 +190,7 @@ def _print_table(rows: Sequence[Mapping[str, object]], cache: Path) -> None:
 
 
 @contextmanager
-def _progress_bar(label: str) -> Iterator[tuple[store.ProgressFn, store.StageFn]]:
+def _progress_bar(label: str) -> Iterator[tuple[ProgressFn, install.StageFn]]:
     """A Rich download bar on stderr, handed to the store as a plain callback."""
     progress = Progress(
         TextColumn("{task.description}"),
@@ -237,8 +247,8 @@ def pull(
         typer.Option(
             "--max-download-mb",
             help="Most MB a download may bring before it is stopped and deleted (default: "
-            f"{store.CATALOG_DOWNLOAD_FACTOR}x the catalog's size; other models "
-            f"{store.DEFAULT_DOWNLOAD_MB} MB).",
+            f"{install.CATALOG_DOWNLOAD_FACTOR}x the catalog's size; other models "
+            f"{install.DEFAULT_DOWNLOAD_MB} MB).",
         ),
     ] = None,
     accept_new_checksum: Annotated[
@@ -256,7 +266,7 @@ def pull(
             help="Seconds: a download that brings under 16 KB in this window has stalled "
             "and is resumed.",
         ),
-    ] = store.DEFAULT_TIMEOUT_S,
+    ] = DEFAULT_TIMEOUT_S,
     make_default: Annotated[
         bool,
         typer.Option("--default", help="Then make it the model every command uses when "
@@ -289,8 +299,8 @@ def pull(
         typer.echo(str(result.directory))
 
 
-def pull_with_progress(name: str, **options: Any) -> store.PullResult:
-    """store.pull with a progress bar on stderr; a stop signal says what is kept."""
+def pull_with_progress(name: str, **options: Any) -> install.PullResult:
+    """`pull` with a progress bar on stderr; a stop signal says what is kept."""
     received = [0]
 
     def counting(done: int, total: int | None) -> None:
@@ -299,7 +309,7 @@ def pull_with_progress(name: str, **options: Any) -> store.PullResult:
 
     try:
         with _progress_bar(name) as (progress, stage):
-            return store.pull(name, progress=counting, stage=stage, **options)
+            return install.pull(name, progress=counting, stage=stage, **options)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: say what is kept, then stop
         err_console.print(
             f"stopped: {received[0] / (1 << 20):.1f} MB downloaded so far is kept; run the "
@@ -313,7 +323,7 @@ def offer_download(model: str | None) -> None:
     """A catalog model that is not pulled yet: on a terminal, ask, then pull it with a
     progress bar; without a terminal, leave it to the loader's one-line error."""
     entry = find(model) if model else None
-    if model is None or entry is None or store.find_cached(model) is not None:
+    if model is None or entry is None or find_cached(model) is not None:
         return
     if not (sys.stdin.isatty() and err_console.is_terminal):
         return
@@ -353,19 +363,19 @@ def default(
         local = Path(name).expanduser()
         if local.exists():
             name = str(local.resolve())
-        elif name not in list_bundled() and store.find_cached(name) is None:
+        elif name not in list_bundled() and find_cached(name) is None:
             entry = find(name)
             if entry is not None:
                 raise UsageError(
                     f"{name} is not downloaded yet; run `streamasr models pull {name} --default`"
                 )
-            from streamasr.catalog import did_you_mean
+            from streamasr.distribution.catalog import did_you_mean
 
             raise UsageError(f"unknown model {name!r}; {did_you_mean(name, list_bundled())}")
         _set_default(name)
 
 
-def _report_pull(result: store.PullResult, name: str) -> None:
+def _report_pull(result: install.PullResult, name: str) -> None:
     if result.resumed_from_bytes:
         err_console.print(
             f"resumed a partial download at {result.resumed_from_bytes / (1 << 20):.1f} MB",
@@ -393,7 +403,7 @@ def _report_pull(result: store.PullResult, name: str) -> None:
     err_console.print(
         f"installed {result.name}: {result.files} files, "
         f"{result.installed_bytes / (1 << 20):.1f} MB\n{check}\n"
-        f"file checksums recorded in {store.MANIFEST_NAME}; "
+        f"file checksums recorded in {MANIFEST_NAME}; "
         f"check them with `streamasr models verify {name}`",
         highlight=False,
         markup=False,
@@ -408,7 +418,7 @@ def verify(name: NameArg, verbose: VerboseOpt = False) -> None:
     """
     setup_logging(verbose)
     with cli_errors():
-        report = store.verify(name)
+        report = verify_installed(name)
     for rel in report.missing:
         typer.echo(f"missing  {rel}")
     for rel in report.changed:
@@ -439,7 +449,7 @@ def verify(name: NameArg, verbose: VerboseOpt = False) -> None:
 def path(name: NameArg) -> None:
     """Print a pulled or bundled model's folder (for scripts); exit 1 if there is none."""
     with cli_errors():
-        if store.find_cached(name) is None and name in list_bundled():
+        if find_cached(name) is None and name in list_bundled():
             typer.echo(str(bundled_models_dir() / name))
             return
-        typer.echo(str(store.require_cached(name)))
+        typer.echo(str(require_cached(name)))

@@ -380,9 +380,9 @@ def verify_model(options: ModelOptions) -> None:
     """`--verify`: hash every file of a pulled model before it loads (a changed file is a
     ModelError naming `models verify` and `pull --force`)."""
     if options.verify:
-        from streamasr import store
+        from streamasr.distribution import cache
 
-        store.verify_before_use(options.model)
+        cache.verify_before_use(options.model)
 
 
 def check_model_options(options: ModelOptions, *, paced: bool) -> None:

@@ -116,7 +116,7 @@ def unpack_cap_bytes(path: Path) -> int:
 
 def unpack(path: Path, dest: Path) -> None:
     """Unpack the archive into the empty folder `dest` with the store's safe tar reader."""
-    from streamasr import store
+    from streamasr.distribution.extract import safe_extract
 
     cap = unpack_cap_bytes(path)
     try:  # a first pass over the headers: readable at all, and within the cap
@@ -134,7 +134,7 @@ def unpack(path: Path, dest: Path) -> None:
             f"({UNPACK_FACTOR}x its size, at least {MIN_UNPACK_BYTES >> 20} MB)",
             "a .nemo is an uncompressed or gzip tar of its weights; use the file as released",
         )
-    store.safe_extract(path, dest, cap)
+    safe_extract(path, dest, cap)
 
 
 def read_config(path: Path, directory: Path) -> dict:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from streamasr.backends.nemo_features import IncrementalMel
 
 from streamasr.backends.base import BackendInfo, EngineOptions, Hypothesis, RecognizerStream
-from streamasr.backends.nemo_features import IncrementalMel
 from streamasr.cuda import GPU_INSTALL as GPU_EXTRA
 from streamasr.errors import DependencyError, ModelError, UsageError
 from streamasr.resample import StreamResampler
@@ -645,14 +645,14 @@ DEFAULT_MODEL = "stt_en_fastconformer_hybrid_large_streaming_multi"
 def resolve_model(model: str | None) -> Path:
     """A .nemo file, a folder holding exactly one (as the model store installs them), or a
     catalog or pulled name; without one, the default released model if it was pulled."""
-    from streamasr import catalog, store
+    from streamasr.distribution import cache, catalog, manifest
 
     model = model or DEFAULT_MODEL
     path = Path(model)
     if not path.exists():
-        if catalog.find(model) is not None or store.find_cached(model) is not None:
-            path = store.require_cached(model)  # a pulled .nemo lives in its own folder
-    store.check_model_path(path)  # a pulled model whose files changed is refused
+        if catalog.find(model) is not None or cache.find_cached(model) is not None:
+            path = cache.require_cached(model)  # a pulled .nemo lives in its own folder
+    manifest.check_model_path(path)  # a pulled model whose files changed is refused
     if path.is_dir():
         found = sorted(path.glob("*.nemo"))
         if len(found) != 1:
@@ -686,9 +686,9 @@ def _recognises(model: str | None) -> bool:
         return False
     path = Path(model)
     if not path.exists():
-        from streamasr import store
+        from streamasr.distribution import cache
 
-        path = store.find_cached(model) or path  # a .nemo pulled under a name of its own
+        path = cache.find_cached(model) or path  # a .nemo pulled under a name of its own
     return path.suffix == ".nemo" or (path.is_dir() and any(path.glob("*.nemo")))
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any  # sherpa_onnx's bindings carry no type information
 
 import numpy as np
+from streamasr.modeldir import ModelFiles
 
 from streamasr.backends.base import (
     BackendEntry,
@@ -20,7 +21,6 @@ from streamasr.backends.base import (
     RecognizerStream,
 )
 from streamasr.errors import ModelError, UsageError
-from streamasr.modeldir import ModelFiles
 from streamasr.tokens import (
     AssembledText,
     PieceText,
@@ -324,8 +324,9 @@ def _recognises(model: str | None) -> bool:
 
     sherpa-onnx is also the default backend, so this only has to be right when asked first.
     """
-    from streamasr import catalog
     from streamasr.modeldir import bundled_models_dir
+
+    from streamasr.distribution import catalog
 
     if model is None:
         return True

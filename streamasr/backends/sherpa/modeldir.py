@@ -12,14 +12,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from streamasr import catalog, store
-from streamasr.errors import ModelError, ModelMismatchError
 from streamasr.onnx_meta import (
     EncoderMetadata,
     external_data_locations,
     read_encoder_metadata,
     read_onnx_header,
 )
+
+from streamasr.distribution import cache, catalog, manifest
+from streamasr.errors import ModelError, ModelMismatchError
 
 log = logging.getLogger("streamasr")
 
@@ -262,7 +263,7 @@ def _model_directory(model: str | None) -> Path:
         )
     path = Path(model).expanduser()
     if path.is_dir():
-        store.check_model_path(path)  # a pulled folder given by path is checked too
+        manifest.check_model_path(path)  # a pulled folder given by path is checked too
         return path
     if (root / model).is_dir():
         return root / model
@@ -273,7 +274,7 @@ def _model_directory(model: str | None) -> Path:
             f"pass it to `streamasr file --punctuate {model}` and choose a speech model for "
             "--model (`streamasr models list`)"
         )
-    cached = store.open_cached(model)  # pulled with `streamasr models pull`; checked first
+    cached = cache.open_cached(model)  # pulled with `streamasr models pull`; checked first
     if cached is not None:
         return cached
     entry = catalog.find(model)

@@ -5,7 +5,7 @@ dropped connection or a stall (too few bytes per timeout window, so a trickle co
 stops at a byte cap, refuses up front a body the server announces beyond the cap or beyond
 the disk's free space, and treats a cache that cannot take the bytes (full, out of inodes,
 read-only) as a final error, deleting the `.part`, rather than a network fault to retry.
-`streamasr.store.pull` decides the cap and checks the bytes afterwards.
+`streamasr.distribution.pull` decides the cap and checks the bytes afterwards.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Checksums: sherpa-onnx's release page publishes none, so `archive_sha256` is fil
 where the same value is recorded by several independent projects that downloaded the asset.
 For `.nemo` files on Hugging Face it is the sha256 of the Git LFS object that the file page
 lists. Everywhere else it is None, and the first download records the sha256 of the archive
-and of every installed file in the model's manifest (see `streamasr.store`).
+and of every installed file in the model's manifest (see `streamasr.distribution.manifest`).
 """
 
 from __future__ import annotations

@@ -1,30 +1,24 @@
-"""The model cache: checksummed, resumable downloads, safe extraction, verification.
+"""`models pull`: get a model's bytes, hold them to a checksum, and install them atomically.
 
 Model downloads break, and a tool that unpacks straight into its cache leaves half a model
 there when they do. Here an archive is downloaded to `<cache>/<name>.tar.bz2.part` (resumed
-with an HTTP Range request after a dropped connection or a stall), checked against the sha256
-the catalog or the user gives, unpacked into a fresh temporary folder inside the cache, and
-only then renamed into place. The sha256, size and mtime of every extracted file go into
-`<model>/.streamasr-manifest.json`, which `verify` checks later, and which every use of the
-model checks cheaply first (`streamasr.store_verify`). A single-file model (a NeMo `.nemo`)
-takes the same path without the unpacking.
+with an HTTP Range request after a dropped connection or a stall: `distribution.download`),
+checked against the sha256 the catalog or the user gives, unpacked into a fresh temporary
+folder inside the cache (`distribution.extract`), and only then renamed into place. The
+sha256, size and mtime of every extracted file go into the model's manifest
+(`distribution.manifest`), which `verify` and every use check later. A single-file model (a
+NeMo `.nemo`) takes the same path without the unpacking.
 
-The transfer itself is `streamasr.store_download`: it stops at a size cap (decided here:
-twice the catalog's size, or --max-download-mb), and before it starts when the server
-announces more than the cap or than the disk has free. An archive
-with no published checksum is pinned on first download (`store_verify`): a later pull with
-other bytes is refused unless --accept-new-checksum.
-
-Unpacking trusts neither `tarfile.extract` nor `Path.resolve()`: a model needs no links, so
-any link, device or FIFO refuses the whole archive, and every file is written by this module
-with O_NOFOLLOW | O_EXCL under directories it opened itself, counting the bytes against a cap.
+The caps are decided here: a download stops at twice the catalog's size (or
+--max-download-mb), an archive unpacks to at most three times it (or --max-unpacked-mb). An
+archive with no published checksum is pinned on first download (`distribution.pins`): a
+later pull with other bytes is refused unless --accept-new-checksum.
 
 Nothing here prints: progress goes to an injected callback, details to the "streamasr" logger.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -32,57 +26,39 @@ import re
 import shutil
 import tarfile
 import tempfile
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
 
 from streamasr import __version__
-from streamasr.catalog import CatalogEntry, find, lookup
-from streamasr.errors import ModelError, UsageError
-from streamasr.punctuation import is_punctuation_folder
-from streamasr.store_download import (
-    BLOCK_BYTES,
+from streamasr.distribution.cache import (
+    NAME_RE,
+    NEMO_SUFFIX,
+    cache_dir,
+    is_model_folder,
+    lock_model,
+    remove_stale_temps,
+)
+from streamasr.distribution.catalog import find, lookup
+from streamasr.distribution.download import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
     MIN_WINDOW_BYTES,
     ProgressFn,
+    cache_failure,
     download,
+    mb,
 )
-from streamasr.store_download import DISK_FULL as _DISK_FULL
-from streamasr.store_download import cache_failure as _cache_failure
-from streamasr.store_download import mb as _mb
-from streamasr.store_verify import (
-    MANIFEST_FORMAT,
-    MANIFEST_NAME,
-    Pin,
-    UseCheck,
-    VerifyReport,
-    check_before_use,
-    check_model_path,
-    hash_tree,
-    manifest_problem,
-    pin_mismatch,
-    read_manifest,
-    read_pin,
-    sha256_file,
-    verify_folder,
-    write_manifest,
-    write_pin,
-)
-
-__all__ = [  # names other modules and tests import from here, wherever they now live
-    "BLOCK_BYTES", "DEFAULT_RETRIES", "DEFAULT_TIMEOUT_S", "MIN_WINDOW_BYTES", "ProgressFn",
-    "download", "MANIFEST_FORMAT", "MANIFEST_NAME", "Pin", "UseCheck", "VerifyReport",
-    "check_before_use", "check_model_path", "hash_tree", "manifest_problem", "read_manifest",
-    "sha256_file",
-]
+from streamasr.distribution.extract import CorruptArchive, safe_extract
+from streamasr.distribution.manifest import MANIFEST_FORMAT, hash_tree, sha256_file, write_manifest
+from streamasr.distribution.pins import Pin, pin_mismatch, read_pin, write_pin
+from streamasr.errors import ModelError, UsageError
+from streamasr.punctuation import is_punctuation_folder
 
 log = logging.getLogger("streamasr")
 
-LOCK_DIR = ".locks"
 PART_SUFFIX = ".tar.bz2.part"
 #: Unpacked-size cap: a catalog model may unpack to CATALOG_SIZE_FACTOR x its download size
 #: (weights barely compress, so a real release unpacks to about 1-1.2x); any other archive
@@ -97,88 +73,9 @@ DEFAULT_SINGLE_FILE_MB = 8192
 #: streams forever stops there instead of filling the disk. --max-download-mb overrides.
 CATALOG_DOWNLOAD_FACTOR = 2
 DEFAULT_DOWNLOAD_MB = 8192
-NEMO_SUFFIX = ".nemo"
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 #: stage("unpacking"), called when a pull moves on to a step without byte progress.
 StageFn = Callable[[str], None]
-
-
-def cache_dir() -> Path:
-    """Where pulled models live: $STREAMASR_HOME, else $XDG_CACHE_HOME/streamasr/models."""
-    env = os.environ.get("STREAMASR_HOME")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "streamasr" / "models"
-
-
-def canonical_name(name: str) -> str:
-    """The cache folder name for `name`: the release name for catalog aliases."""
-    entry = find(name)
-    return entry.name if entry else name
-
-
-def find_cached(name: str, cache: Path | None = None) -> Path | None:
-    """The pulled model folder for a catalog name/alias or custom name, or None.
-
-    Only complete installs can be found: a pull renames the folder into place as its last step.
-    """
-    if not _NAME_RE.match(name):
-        return None
-    directory = (cache or cache_dir()) / canonical_name(name)
-    return directory if is_model_folder(directory) else None
-
-
-def open_cached(name: str, cache: Path | None = None, *, full: bool = False) -> Path | None:
-    """`find_cached`, then the check before use: a pulled model whose files changed since
-    it was installed is an error naming `models verify` and `pull --force`."""
-    directory = find_cached(name, cache)
-    if directory is not None:
-        check_before_use(directory, name, full=full)
-    return directory
-
-
-def verify_before_use(model: str | None, cache: Path | None = None) -> None:
-    """`--verify`: hash every file of the model `model` names (a pulled name, or the path of
-    a pulled folder or of a file in one) against its manifest; nothing to do for others."""
-    if not model:
-        return
-    path = Path(model).expanduser()
-    if path.exists():
-        check_model_path(path, full=True)
-    else:
-        open_cached(model, cache, full=True)
-
-
-def is_model_folder(directory: Path) -> bool:
-    """A complete install: a sherpa-onnx folder (tokens.txt, or a punctuation model's
-    bpe.vocab and model.onnx) or a single-file `.nemo` model."""
-    if (directory / "tokens.txt").is_file() or is_punctuation_folder(directory):
-        return True
-    return (directory / MANIFEST_NAME).is_file() and any(directory.glob(f"*{NEMO_SUFFIX}"))
-
-
-@dataclass(frozen=True)
-class InstalledModel:
-    """A model folder in the cache."""
-
-    name: str
-    directory: Path
-    has_manifest: bool
-
-
-def installed_models(cache: Path | None = None) -> list[InstalledModel]:
-    """Every model folder in the cache (temporary and hidden entries are skipped)."""
-    root = cache or cache_dir()
-    if not root.is_dir():
-        return []
-    return [
-        InstalledModel(p.name, p, (p / MANIFEST_NAME).is_file())
-        for p in sorted(root.iterdir())
-        if p.is_dir() and not p.name.startswith(".") and is_model_folder(p)
-    ]
 
 
 @dataclass(frozen=True)
@@ -203,7 +100,7 @@ def pull_target(name: str, url: str | None = None, sha256: str | None = None,
     if entry is None:
         if url is None and not have_archive:
             lookup(name)  # raises with the catalog listed
-        if not _NAME_RE.match(name):
+        if not NAME_RE.match(name):
             raise UsageError(
                 f"model name {name!r} cannot be a folder name; use letters, digits, '.', '_', '-'"
             )
@@ -238,7 +135,7 @@ def _single_file_name(source_name: str) -> str | None:
     """A `.nemo` download is installed as one file under its own (safe) name."""
     if not source_name.endswith(NEMO_SUFFIX):
         return None
-    return source_name if _NAME_RE.match(source_name) else "model.nemo"
+    return source_name if NAME_RE.match(source_name) else "model.nemo"
 
 
 def unpacked_cap_bytes(target: PullTarget, source_bytes: int, max_unpacked_mb: float | None
@@ -338,7 +235,7 @@ def pull(
             max_download_mb=max_download_mb, accept_new_checksum=accept_new_checksum,
         )
     except OSError as exc:  # the cache itself failed us: full, out of inodes, read-only
-        raise ModelError(_cache_failure(root, exc)) from exc
+        raise ModelError(cache_failure(root, exc)) from exc
 
 
 def _pull_into(
@@ -350,8 +247,8 @@ def _pull_into(
     """`pull` once the target and the cache are settled: under the model's lock."""
     final = root / target.name
     say = stage or (lambda _text: None)
-    with _locked(root, target.name):
-        _remove_stale_temps(root, target.name)
+    with lock_model(root, target.name):
+        remove_stale_temps(root, target.name)
         part = part_path(root, target)
         if is_model_folder(final) and not force:
             part.unlink(missing_ok=True)  # left by a pull killed after its last rename
@@ -402,7 +299,7 @@ def _pull_into(
                     unpacked_cap_bytes(target, source_bytes, max_unpacked_mb),
                     move_source=archive is None,
                 )
-            except _Corrupt as exc:
+            except CorruptArchive as exc:
                 if archive is None:
                     part.unlink(missing_ok=True)
                 if resumed_from and attempt + 1 < attempts:
@@ -456,9 +353,6 @@ def _check_positive(option: str, value: float) -> None:
         raise UsageError(f"{option} {value!r}: give a positive, finite number")
 
 
-class _Corrupt(ModelError):
-    """The bytes are not what was expected: a checksum mismatch or an unreadable archive."""
-
 
 def _local_archive(archive: Path) -> Path:
     path = archive.expanduser()
@@ -480,8 +374,8 @@ def _check_archive(path: Path, target: PullTarget, remove_on_mismatch: bool,
     else:
         what = "Nothing was installed"
     if target.checksum_source == "pinned" and pin is not None:
-        raise _Corrupt(str(pin_mismatch(pin, actual, source_label or str(path), what)))
-    raise _Corrupt(
+        raise CorruptArchive(str(pin_mismatch(pin, actual, source_label or str(path), what)))
+    raise CorruptArchive(
         f"archive sha256 {actual} does not match {target.expected_sha256} from {where}: the file "
         f"is corrupt, truncated, or not the released archive. {what}. Pull again, or from "
         "another mirror with --url"
@@ -525,16 +419,16 @@ def _place_single_file(source: Path, dest: Path, cap_bytes: int, move: bool) -> 
     size = source.stat().st_size
     if size > cap_bytes:
         raise ModelError(
-            f"{source.name} is {_mb(size)}, more than the {_mb(cap_bytes)} a model may take "
+            f"{source.name} is {mb(size)}, more than the {mb(cap_bytes)} a model may take "
             "here. If it is genuine, raise the cap with --max-unpacked-mb"
         )
     if not _is_nemo_file(source):
-        raise _Corrupt(
+        raise CorruptArchive(
             f"{source.name} is not a NeMo model (a .nemo is a tar archive holding "
             "model_config.yaml); the download may be damaged or the address wrong"
         )
     # what NeMo would run or read on load is refused now, before it enters the cache
-    from streamasr.backends.nemo_archive import check_file
+    from streamasr.backends.nemo.archive import check_file
 
     check_file(source)
     if move:
@@ -565,235 +459,3 @@ def _model_root(temp: Path, archive: Path) -> Path:
         )
     return root
 
-
-# --- unpacking ---------------------------------------------------------------------------
-
-_DIR_FD = (
-    os.open in os.supports_dir_fd and os.mkdir in os.supports_dir_fd
-    and hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY")
-)
-try:
-    from lzma import LZMAError as _LzmaError
-except ImportError:  # pragma: no cover - Python built without lzma
-    _LzmaError = EOFError  # type: ignore[assignment,misc]
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_BINARY = getattr(os, "O_BINARY", 0)
-
-
-class _TooBig(ModelError):
-    """The archive unpacks to more than the cap."""
-
-
-def safe_extract(archive: Path, dest: Path, max_bytes: int | None = None) -> int:
-    """Unpack the regular files and folders of a tar archive into the empty folder `dest`.
-
-    Any link (symbolic or hard), device, FIFO, absolute path or `..` refuses the archive: a
-    model needs none of them, and refusing them all is what makes escaping `dest` impossible
-    on every Python version, whatever `Path.resolve()` or tar filters would say. Files are
-    written here, with O_NOFOLLOW | O_EXCL, below folders opened one component at a time;
-    their bytes are counted while written, and passing `max_bytes` stops at once. Returns the
-    bytes written. On any error the caller removes `dest`.
-    """
-    written = 0
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            root_fd = os.open(dest, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if _DIR_FD else -1
-            try:
-                for member in tar:
-                    parts = _member_parts(member, archive)
-                    if member.isdir():
-                        if parts:
-                            _close(_open_dirs(root_fd, dest, parts, archive, member))
-                        continue
-                    if not parts:
-                        raise _refusal(archive, member, "has an empty name")
-                    if max_bytes is not None and written + member.size > max_bytes:
-                        raise _too_big(archive, max_bytes)
-                    written = _write_member(
-                        tar, member, root_fd, dest, parts, archive, written, max_bytes
-                    )
-            finally:
-                _close(root_fd)
-    except tarfile.ReadError as exc:
-        raise _Corrupt(
-            f"{archive.name} is not a readable tar archive ({exc}); the download may be "
-            "truncated or the file is not a model release. Pull again with --force"
-        ) from exc
-    except (EOFError, zlib.error, _LzmaError) as exc:
-        raise _Corrupt(f"{archive.name} could not be unpacked: {exc}") from exc
-    except OSError as exc:
-        if exc.errno is None:  # a decompressor's "invalid data", not the disk
-            raise _Corrupt(f"{archive.name} could not be unpacked: {exc}") from exc
-        if exc.errno in _DISK_FULL:  # `pull` says what to do about a full cache
-            raise
-        raise ModelError(f"{archive.name} could not be unpacked: {exc}") from exc
-    except tarfile.TarError as exc:
-        raise _Corrupt(f"{archive.name} was refused while unpacking: {exc}") from exc
-    return written
-
-
-def _refusal(archive: Path, member: tarfile.TarInfo, why: str) -> ModelError:
-    return ModelError(
-        f"refusing to unpack {archive.name}: member {member.name!r} {why}. A genuine model "
-        "release never does this; the archive is damaged or malicious. Nothing was installed"
-    )
-
-
-def _too_big(archive: Path, max_bytes: int) -> _TooBig:
-    return _TooBig(
-        f"refusing to unpack {archive.name}: it unpacks to more than {_mb(max_bytes)}, the cap "
-        "for this model; unpacking stopped and nothing was installed. If the archive is "
-        "genuine, raise the cap with --max-unpacked-mb"
-    )
-
-
-def _member_parts(member: tarfile.TarInfo, archive: Path) -> tuple[str, ...]:
-    """The member's path components, or a refusal for anything that is not a plain
-    relative file or folder."""
-    if member.issym() or member.islnk():
-        kind = "a symbolic link" if member.issym() else "a hard link"
-        raise _refusal(
-            archive, member,
-            f"is {kind} (to {member.linkname!r}); a model needs no links, and links outside "
-            "the model folder are how archives escape it, so every link is refused",
-        )
-    if not (member.isfile() or member.isdir()):
-        raise _refusal(archive, member, "is a device, FIFO or other special file")
-    name = member.name
-    pure = PurePosixPath(name)
-    if pure.is_absolute() or re.match(r"^[A-Za-z]:", name) or "\\" in name:
-        raise _refusal(archive, member, "has an absolute path")
-    if ".." in pure.parts:
-        raise _refusal(archive, member, "climbs out of the model folder with '..'")
-    if "\x00" in name:
-        raise _refusal(archive, member, "has a NUL in its name")
-    return tuple(part for part in pure.parts if part not in ("", "."))
-
-
-def _close(fd: int) -> None:
-    if fd >= 0:
-        os.close(fd)
-
-
-def _open_dirs(root_fd: int, dest: Path, parts: tuple[str, ...], archive: Path,
-               member: tarfile.TarInfo) -> int:
-    """Create and open each folder component without following links (an fd, or -1)."""
-    if not _DIR_FD:  # pragma: no cover - platforms without dir_fd: no links were made
-        (dest.joinpath(*parts)).mkdir(parents=True, exist_ok=True)
-        return -1
-    fd = os.dup(root_fd)
-    try:
-        for part in parts:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
-            try:
-                child = os.open(
-                    part, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=fd
-                )
-            except OSError as exc:
-                raise _refusal(archive, member, f"needs {part!r} to be a folder ({exc.strerror})"
-                               ) from exc
-            os.close(fd)
-            fd = child
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _write_member(
-    tar: tarfile.TarFile, member: tarfile.TarInfo, root_fd: int, dest: Path,
-    parts: tuple[str, ...], archive: Path, written: int, max_bytes: int | None,
-) -> int:
-    """Write one regular file's bytes, counting them against the cap."""
-    parent_fd = _open_dirs(root_fd, dest, parts[:-1], archive, member) if parts[:-1] else (
-        os.dup(root_fd) if root_fd >= 0 else -1
-    )
-    mode = 0o755 if member.mode & 0o111 else 0o644
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC | _BINARY
-    try:
-        try:
-            if parent_fd >= 0:
-                fd = os.open(parts[-1], flags, mode, dir_fd=parent_fd)
-            else:  # pragma: no cover - platforms without dir_fd
-                fd = os.open(dest.joinpath(*parts), flags, mode)
-        except FileExistsError as exc:
-            raise _refusal(archive, member, "appears twice in the archive") from exc
-        except OSError as exc:
-            if exc.errno in _DISK_FULL:
-                raise  # the cache is full, the archive is fine
-            raise _refusal(archive, member, f"cannot be created ({exc.strerror})") from exc
-        source = tar.extractfile(member)
-        with os.fdopen(fd, "wb") as handle:
-            if source is None:
-                return written
-            while block := source.read(1 << 20):
-                written += len(block)
-                if max_bytes is not None and written > max_bytes:
-                    raise _too_big(archive, max_bytes)
-                handle.write(block)
-        return written
-    finally:
-        _close(parent_fd)
-
-
-def verify(name: str, cache: Path | None = None) -> VerifyReport:
-    """Re-hash every file of a pulled model against the manifest written when it was pulled."""
-    return verify_folder(require_cached(name, cache))
-
-
-def require_cached(name: str, cache: Path | None = None) -> Path:
-    """The pulled model's folder, or an error saying how to pull it."""
-    directory = find_cached(name, cache)
-    if directory is not None:
-        return directory
-    entry = find(name)
-    if entry is None and not (cache or cache_dir()).joinpath(name).is_dir():
-        lookup(name)  # unknown everywhere: list the catalog
-    raise ModelError(
-        f"model {name!r} is not in the cache {cache or cache_dir()}; "
-        f"run `streamasr models pull {name}` first"
-    )
-
-
-# --- locking -----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _locked(root: Path, name: str) -> Iterator[None]:
-    """One pull per model at a time (POSIX advisory lock; no locking where fcntl is absent)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
-    lock_dir = root / LOCK_DIR
-    lock_dir.mkdir(exist_ok=True)  # an OSError here (a full cache) is told by `pull`
-    with open(lock_dir / f"{name}.lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            raise ModelError(
-                f"another streamasr is pulling {name} into {root} right now; wait for it"
-            ) from exc
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _remove_stale_temps(root: Path, name: str) -> None:
-    """Leftovers of a pull that was killed mid-extraction (we hold the lock, so not live)."""
-    for stale in root.glob(f".{name}.partial-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    for stale in root.glob(f".{name}.old-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-
-
-def describe_entry_state(entry: CatalogEntry, cache: Path | None = None) -> str:
-    """'yes', 'yes (no manifest)' or 'no', for tables."""
-    directory = find_cached(entry.name, cache)
-    if directory is None:
-        return "no"
-    return "yes" if (directory / MANIFEST_NAME).is_file() else "yes (no manifest)"

@@ -1,6 +1,4 @@
-"""What the model cache trusts: manifests, the check before each use, and pinned checksums.
-
-Three promises, kept here so that `store` can stay about getting bytes into the cache:
+"""What the model cache trusts: the manifest of each install and the check before each use.
 
 - **The manifest** (`<model>/.streamasr-manifest.json`) records, per installed file, its
   sha256, size and mtime_ns. `models verify` re-hashes everything against it.
@@ -11,18 +9,13 @@ Three promises, kept here so that `store` can stay about getting bytes into the 
   error naming `models verify` and `pull --force`. `--verify` hashes every file regardless,
   for an edit that restored the mtime. A manifest from before sizes and mtimes were recorded
   is hashed once and then upgraded.
-- **Pins.** A model whose archive checksum is published nowhere trusts its first download.
-  That sha256 is pinned in `<cache>/.pins/<name>.json`, outside the model folder, so that a
-  `pull --force` (which replaces the folder) or a removed folder cannot launder a changed
-  archive: a later pull whose bytes differ is refused unless `--accept-new-checksum` says the
-  change is expected. A model installed before pins existed is pinned from its manifest.
 
+Checksums of the archive itself, trusted on first download, are `distribution.pins`.
 Nothing here prints; details go to the "streamasr" logger.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -30,7 +23,6 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
 from streamasr.errors import ModelError
@@ -39,8 +31,7 @@ log = logging.getLogger("streamasr")
 
 MANIFEST_NAME = ".streamasr-manifest.json"
 MANIFEST_FORMAT = 1
-PIN_DIR = ".pins"
-_SHA_RE = re.compile(r"[0-9a-f]{64}")
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
 #: Files a model loader picks up by globbing: one of these that the manifest does not list
 #: would be run unchecked, so it fails the check before use (other extra files are ignored).
 _LOADED_SUFFIXES = (".onnx", ".nemo")
@@ -102,7 +93,7 @@ def repull_hint(directory: Path) -> str:
     return f"re-pull the model with `streamasr models pull {directory.name} --force`"
 
 
-def _is_count(value: object) -> bool:
+def is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -117,11 +108,11 @@ def manifest_problem(data: object) -> str | None:
         if not isinstance(info, dict):
             return f"the entry for {rel!r} is not an object"
         digest = info.get("sha256")
-        if not isinstance(digest, str) or not _SHA_RE.fullmatch(digest):
+        if not isinstance(digest, str) or not SHA256_RE.fullmatch(digest):
             return f"the sha256 of {rel!r} is not 64 hex digits"
-        if not _is_count(info.get("bytes")):
+        if not is_count(info.get("bytes")):
             return f"the size of {rel!r} is not a byte count"
-        if "mtime_ns" in info and not _is_count(info["mtime_ns"]):
+        if "mtime_ns" in info and not is_count(info["mtime_ns"]):
             return f"the mtime_ns of {rel!r} is not a whole number"
         pure = PurePosixPath(rel)
         if pure.is_absolute() or ".." in pure.parts or not rel:
@@ -272,92 +263,3 @@ def check_model_path(path: Path, *, full: bool = False) -> None:
         check_before_use(path.parent, full=full)
 
 
-# --- pins ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Pin:
-    """The archive sha256 a model was first installed with, when nobody published one."""
-
-    name: str
-    sha256: str
-    archive_bytes: int | None
-    source: str  # where those bytes came from (URL or file)
-    pinned_at: str
-    where: str  # the pin file, or the manifest it was read from
-
-
-def pin_path(root: Path, name: str) -> Path:
-    return root / PIN_DIR / f"{name}.json"
-
-
-def read_pin(root: Path, name: str) -> Pin | None:
-    """The pin of `name`: its pin file, else the manifest of an install that predates pins."""
-    path = pin_path(root, name)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return _pin_from_manifest(root / name)
-    except (OSError, ValueError) as exc:
-        raise ModelError(
-            f"the checksum pin {path} is unreadable ({exc}); delete it to trust the next "
-            "download of this model afresh"
-        ) from exc
-    sha, size = data.get("sha256") if isinstance(data, dict) else None, None
-    if isinstance(data, dict) and _is_count(data.get("archive_bytes")):
-        size = data["archive_bytes"]
-    if not isinstance(sha, str) or not _SHA_RE.fullmatch(sha):
-        raise ModelError(
-            f"the checksum pin {path} is damaged (no sha256); delete it to trust the next "
-            "download of this model afresh"
-        )
-    return Pin(name, sha, size, str(data.get("source", "?")), str(data.get("pinned_at", "?")),
-               str(path))
-
-
-def _pin_from_manifest(directory: Path) -> Pin | None:
-    """An install from before pins: its manifest recorded the first download's sha256."""
-    if not (directory / MANIFEST_NAME).is_file():
-        return None
-    with contextlib.suppress(ModelError):
-        manifest = read_manifest(directory)
-        sha = manifest.get("archive_sha256")
-        if manifest.get("archive_checksum", "recorded") in ("recorded", "pinned") and (
-            isinstance(sha, str) and _SHA_RE.fullmatch(sha)
-        ):
-            size = manifest.get("archive_bytes")
-            return Pin(directory.name, sha, size if _is_count(size) else None,  # type: ignore[arg-type]
-                       str(manifest.get("source", "?")), str(manifest.get("installed_at", "?")),
-                       str(directory / MANIFEST_NAME))
-    return None
-
-
-def write_pin(root: Path, name: str, sha256: str, archive_bytes: int, source: str) -> None:
-    """Pin `sha256` for `name` (atomically). A failure is logged: the model's manifest keeps
-    the same sum, and `read_pin` falls back to it."""
-    path = pin_path(root, name)
-    data = {
-        "name": name, "sha256": sha256, "archive_bytes": archive_bytes, "source": source,
-        "pinned_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(exist_ok=True)
-        temp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        temp.replace(path)
-    except OSError as exc:
-        log.warning("could not write the checksum pin %s (%s); the manifest keeps the sum",
-                    path, exc.strerror or exc)
-    finally:
-        with contextlib.suppress(OSError):
-            temp.unlink(missing_ok=True)
-
-
-def pin_mismatch(pin: Pin, actual: str, source: str, what: str) -> ModelError:
-    """The refusal of an archive that differs from the pinned first download."""
-    return ModelError(
-        f"the archive of {pin.name} from {source} has sha256 {actual}, but the first download "
-        f"(pinned {pin.pinned_at} in {pin.where}) had {pin.sha256}: the release was replaced, "
-        f"or this source serves other bytes. {what}; the installed copy, if any, is "
-        "unchanged. If the change is expected, run the same pull with --accept-new-checksum"
-    )
