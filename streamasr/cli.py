@@ -125,6 +125,9 @@ def run(args: list[str] | None = None) -> int:
 
     interrupts.install(report_error)
     _guard_stdout()
+    from streamasr.cluster.address import expand_bare_ray
+
+    args = expand_bare_ray(sys.argv[1:] if args is None else args)  # `--ray` alone: local
     try:
         code = _invoke(args)
     except OutputError as exc:

@@ -57,3 +57,7 @@ class ReaderGone(OutputError):
 
 class DatasetError(StreamAsrError):
     """A benchmark dataset cannot be read at all (bad rows alone are skipped, not raised)."""
+
+
+class ClusterError(StreamAsrError):
+    """A Ray cluster cannot be reached, or its nodes cannot run the model (`--ray`)."""

@@ -153,6 +153,13 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = None,
         partials: PartialsOpt = "full",
         server: ServerOpt = None,
+        ray: Annotated[
+            str | None,
+            typer.Option("--ray", metavar="[ADDRESS]", help="Decode the inputs on a Ray cluster, "
+                         "one task per file, outputs written by the tasks into --output-dir: "
+                         "--ray alone starts one on this machine; auto, ray://HOST:PORT or "
+                         "HOST:PORT joins one (pip install 'streamasr\\[ray]')."),
+        ] = None,
         output_dir: Annotated[
             Path | None,
             typer.Option("--output-dir", "-o", help="Write one file per input and per format "
@@ -176,6 +183,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Stream audio files in fixed blocks: live partials, finals, first-token timing."""
         setup_logging(verbose)
+        if ray is not None:  # one task per input on a cluster: streamasr/cluster/
+            from streamasr.cluster.file_run import file_on_ray
+
+            if server is not None:
+                with cli_errors():
+                    raise UsageError("--ray and --server both say where to decode; pick one")
+            file_on_ray(ray, paths, model_options, output_dir, fmt, partials,
+                        (raw, rate, channels), realtime, punctuate, sentence_case, quiet)
+            return
         if server is not None:  # the same output, decoded by `streamasr serve` at that URL
             if punctuate is not None:
                 with cli_errors():
