@@ -42,7 +42,7 @@ class ModelSpec:
 def model_spec(model: str | None, backend: str | None, engine: Any,
                recognizer: Recognizer) -> ModelSpec:
     """The spec of a model loaded on the driver, with the sha256 of each of its files."""
-    from streamasr.store import sha256_file
+    from streamasr.distribution.manifest import sha256_file
 
     files = tuple((p.name, sha256_file(p)) for p in recognizer.info.model_files)
     return ModelSpec(model, backend, engine, files)
@@ -69,13 +69,13 @@ def load_verified(spec: ModelSpec) -> Recognizer:
 
 
 def _load(spec: ModelSpec) -> Recognizer:
-    from streamasr import store
     from streamasr.backends.registry import load_recognizer
     from streamasr.bench.runner import warm_up
+    from streamasr.distribution.cache import verify_before_use
     from streamasr.errors import ModelError
 
     try:
-        store.verify_before_use(spec.model)  # a pulled copy: every file against its manifest
+        verify_before_use(spec.model)  # a pulled copy: every file against its manifest
         recognizer = load_recognizer(spec.model, spec.engine, spec.backend)
     except ModelError as exc:
         raise ClusterError(f"node {node_name()} cannot load the model: {exc}") from None
@@ -86,7 +86,7 @@ def _load(spec: ModelSpec) -> Recognizer:
 
 def check_files(spec: ModelSpec, recognizer: Recognizer) -> None:
     """Refuse a node whose model files are not byte for byte the driver's."""
-    from streamasr.store import sha256_file
+    from streamasr.distribution.manifest import sha256_file
 
     expected = dict(spec.files)
     loaded = {p.name: p for p in recognizer.info.model_files}

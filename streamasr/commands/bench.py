@@ -99,6 +99,17 @@ def register(app: typer.Typer) -> None:
                 "of contention between workers."
             ),
         ] = 1,
+        ray: Annotated[
+            str | None,
+            typer.Option(
+                "--ray",
+                metavar="[ADDRESS]",
+                help="Decode the one-stream pass on a Ray cluster, in shards of utterances, "
+                "one engine per CPU: --ray alone starts one on this machine; auto, "
+                "ray://HOST:PORT or HOST:PORT joins one. Results equal a local run's "
+                "(pip install 'streamasr\\[ray]').",
+            ),
+        ] = None,
         out: Annotated[
             Path,
             typer.Option(
@@ -140,6 +151,7 @@ def register(app: typer.Typer) -> None:
             realtime=realtime,
             streams=streams,
             workers=workers,
+            ray=ray,
             out=out,
             baseline=baseline,
             fail_on=fail_on,
@@ -175,6 +187,7 @@ class BenchRequest:
     realtime: bool = False
     streams: str | int = 1
     workers: int = 1
+    ray: str | None = None  # a Ray cluster's address ("local": one started here)
     out: Path = Path("bench-results")
     baseline: Path | None = None
     fail_on: str | None = None
@@ -199,6 +212,13 @@ class BenchRequest:
         from streamasr.bench.workers import check_workers
 
         check_workers(self.workers)
+        if self.ray is not None:
+            from streamasr.cluster.address import check_address
+
+            check_address(self.ray)
+            if self.workers > 1:
+                raise UsageError("--ray spreads the utterances over the cluster's CPUs; drop "
+                                 "--workers")
         if self.realtime and max(self.stream_counts()) > 1:
             raise UsageError("--realtime paces one live stream at a time; use it without --streams")
         if self.metric not in (*METRICS, "auto"):
@@ -303,6 +323,10 @@ def run_bench(request: BenchRequest) -> bool:
 
         run_setting = partial(run_setting_in_workers, workers=request.workers)
     check_out(request.out)
+    if request.ray is not None:  # shards of utterances on a cluster: streamasr/cluster/
+        from streamasr.cluster.shards import ray_runner
+
+        run_setting, run["ray"] = ray_runner(request.ray, request.out)
     records = RecordLog(request.out)
     try:
         results, complete = _run_all(
