@@ -28,7 +28,7 @@ def bare(model: str, path: str, block_s: float, threads: int) -> dict[str, float
     """The loop sherpa-onnx's own examples write, nothing else."""
     import sherpa_onnx
 
-    from streamasr.modeldir import resolve_model
+    from streamasr.backends.sherpa.modeldir import resolve_model
 
     files = resolve_model(model)
     if files.kind == "transducer":
@@ -69,9 +69,9 @@ def streamasr_file(model: str, path: str, block_s: float, threads: int) -> dict[
     from rich.console import Console
 
     from streamasr.backends.base import EngineOptions
-    from streamasr.backends.sherpa import SherpaRecognizer
+    from streamasr.backends.sherpa.engine import SherpaRecognizer
+    from streamasr.backends.sherpa.modeldir import resolve_model
     from streamasr.commands.file import stream_one
-    from streamasr.modeldir import resolve_model
     from streamasr.render import TextRenderer
     from streamasr.stream import StreamOptions
 

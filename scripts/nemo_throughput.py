@@ -33,7 +33,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from streamasr.backends.nemo import NemoRecognizer  # noqa: E402
+from streamasr.backends.nemo.engine import NemoRecognizer  # noqa: E402
 
 MODEL = REPO / "models" / "tiny-nemo-streaming" / "tiny-nemo-streaming.nemo"
 TEXT = "early see create show life and then mother walk seven nine"

@@ -83,8 +83,8 @@ def bare_engine(precision: str, threads: int, models: Path | None = None) -> Any
 
 def ours_engine(precision: str, threads: int) -> Any:
     from streamasr.backends.base import EngineOptions
-    from streamasr.backends.sherpa import SherpaRecognizer
-    from streamasr.modeldir import resolve_model
+    from streamasr.backends.sherpa.engine import SherpaRecognizer
+    from streamasr.backends.sherpa.modeldir import resolve_model
 
     files = resolve_model(str(FULL_DIR), 16, prefer_int8=precision == "int8")
     return SherpaRecognizer(files, EngineOptions(threads=threads))
@@ -383,11 +383,11 @@ def measure_batch_leak(n_utts: int, tmp: Path) -> list[dict[str, Any]]:
 def measure_batch_wer(n_utts: int, tmp: Path) -> dict[str, Any]:
     """WER and wall time of one stream vs batches of 4 on the trained tiny-en (int8) model."""
     from streamasr.backends.base import EngineOptions
-    from streamasr.backends.sherpa import SherpaRecognizer
+    from streamasr.backends.sherpa.engine import SherpaRecognizer
+    from streamasr.backends.sherpa.modeldir import resolve_model
     from streamasr.bench.datasets import load_dataset
     from streamasr.bench.report import summarize
     from streamasr.bench.runner import RunOptions, run_batched, run_sequential, warm_up
-    from streamasr.modeldir import resolve_model
 
     subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "make_dataset.py"), "--out", str(tmp / "ds"),

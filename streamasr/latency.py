@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from streamasr.backends.base import BackendInfo, Recognizer
+from streamasr.backends.sherpa.onnx_meta import EncoderMetadata
 from streamasr.distribution import catalog
 from streamasr.errors import ModelError, ModelMismatchError, UsageError
 from streamasr.mask import UNLIMITED, validate_att_context_size
-from streamasr.onnx_meta import EncoderMetadata
 
 log = logging.getLogger("streamasr")
 

@@ -130,7 +130,7 @@ def _is_float(text: str) -> bool:
 
 
 def _check_model(model: Path, again: str) -> None:
-    from streamasr.onnx_meta import read_onnx_header
+    from streamasr.backends.sherpa.onnx_meta import read_onnx_header
 
     try:
         header = read_onnx_header(model)

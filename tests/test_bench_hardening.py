@@ -25,12 +25,12 @@ import soundfile as sf
 from conftest import make_dataset, require_tool
 
 from streamasr.backends.base import EngineOptions
-from streamasr.backends.sherpa import SherpaRecognizer
+from streamasr.backends.sherpa.engine import SherpaRecognizer
+from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.bench.datasets import Utterance, load_dataset
 from streamasr.bench.report import summarize
 from streamasr.bench.runner import RunOptions, run_batched, run_sequential
 from streamasr.bench.sweep import compare_batched
-from streamasr.modeldir import resolve_model
 
 REPO = Path(__file__).resolve().parent.parent
 RANDOM = ["--model", "tiny-random-transducer"]

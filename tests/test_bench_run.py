@@ -19,11 +19,11 @@ from conftest import make_dataset
 from typer.testing import CliRunner
 
 from streamasr.backends.base import EndpointOptions, EngineOptions
-from streamasr.backends.sherpa import SherpaRecognizer
+from streamasr.backends.sherpa.engine import SherpaRecognizer
+from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.bench.datasets import load_dataset
 from streamasr.bench.runner import RunOptions, run_batched, run_sequential, run_utterance
 from streamasr.commands import bench as bench_commands
-from streamasr.modeldir import resolve_model
 from streamasr.stream import StreamOptions
 
 REPO = Path(__file__).resolve().parent.parent

@@ -181,10 +181,10 @@ def test_mic_session_on_mandarin_matches_the_file_run(model: str, tmp_path: Path
     from test_mic import HEADSET, factory
 
     from streamasr.backends.base import EngineOptions
-    from streamasr.backends.sherpa import SherpaRecognizer
+    from streamasr.backends.sherpa.engine import SherpaRecognizer
+    from streamasr.backends.sherpa.modeldir import resolve_model
     from streamasr.commands.mic import SessionOutput, run_capture
     from streamasr.mic import AudioWriter, MicSource
-    from streamasr.modeldir import resolve_model
     from streamasr.render import JsonlRenderer
     from streamasr.stream import StreamOptions
 

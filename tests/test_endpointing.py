@@ -10,9 +10,9 @@ import sherpa_onnx
 import soundfile as sf
 
 from streamasr.backends.base import EndpointOptions, Hypothesis
-from streamasr.backends.sherpa import SherpaStream
+from streamasr.backends.sherpa.engine import SherpaStream
+from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.endpointing import Endpointer
-from streamasr.modeldir import resolve_model
 
 REPO = Path(__file__).resolve().parent.parent
 CLIPS = REPO / "models" / "tiny-en" / "test_wavs"

@@ -14,7 +14,7 @@ from pathlib import Path
 import jiwer
 import pytest
 
-from streamasr.hotwords import check_phrases, fold_case, read_phrases, token_case
+from streamasr.backends.sherpa.hotwords import check_phrases, fold_case, read_phrases, token_case
 from streamasr.tokens import WORD_BOUNDARY, Vocabulary, read_vocabulary
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from streamasr.backends.base import EngineOptions
 from streamasr.backends.registry import load_recognizer
-from streamasr.backends.sherpa import SherpaRecognizer, SherpaStream
+from streamasr.backends.sherpa.engine import SherpaRecognizer, SherpaStream
 from streamasr.tokens import (
     WORD_BOUNDARY,
     PieceText,

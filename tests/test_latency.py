@@ -16,9 +16,9 @@ import onnx
 import pytest
 import typer
 from onnx import TensorProto, helper
-from streamasr.onnx_meta import read_encoder_metadata
 from typer.testing import CliRunner
 
+from streamasr.backends.sherpa.onnx_meta import read_encoder_metadata
 from streamasr.commands.latency import register
 from streamasr.errors import ModelError, UsageError
 from streamasr.latency import (
@@ -201,10 +201,9 @@ def test_metadata_errors_name_the_problem(tmp_path: Path):
 def _engine(files_dir: Path, chunk: int | None = None):
     """The export's files (for the derived budget) and the model loaded through the registry,
     the way `latency --measure` loads it."""
-    from streamasr.modeldir import resolve_model
-
     from streamasr.backends.base import EngineOptions, SherpaOptions
     from streamasr.backends.registry import load_recognizer
+    from streamasr.backends.sherpa.modeldir import resolve_model
 
     files = resolve_model(str(files_dir), chunk)
     options = EngineOptions(threads=1, sherpa=SherpaOptions(chunk=chunk))

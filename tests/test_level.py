@@ -22,13 +22,13 @@ from rich.console import Console
 from test_mic import HEADSET, factory
 
 from streamasr.backends.base import EngineOptions
-from streamasr.backends.sherpa import SherpaRecognizer
+from streamasr.backends.sherpa.engine import SherpaRecognizer
+from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.commands.mic import terminal_output
 from streamasr.events import Partial, StreamSummary
 from streamasr.level import FULL_SCALE, LevelMeter, LevelOptions, dbfs, peak_dbfs
 from streamasr.live import run_capture
 from streamasr.mic import MicSource
-from streamasr.modeldir import resolve_model
 from streamasr.render import JsonlRenderer, LiveRenderer, meter_text
 from streamasr.stream import StreamOptions
 

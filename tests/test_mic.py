@@ -23,7 +23,8 @@ import pytest
 import soundfile as sf
 
 from streamasr.audio import FileSource
-from streamasr.backends.sherpa import SherpaRecognizer
+from streamasr.backends.sherpa.engine import SherpaRecognizer
+from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.commands.mic import format_devices, terminal_output
 from streamasr.errors import DependencyError, DeviceError, OutputError, UsageError
 from streamasr.events import FirstToken
@@ -35,7 +36,6 @@ from streamasr.mic import (
     list_input_devices,
     select_device,
 )
-from streamasr.modeldir import resolve_model
 from streamasr.render import JsonlRenderer
 from streamasr.stream import StreamOptions, StreamSession
 

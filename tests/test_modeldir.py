@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from streamasr.backends.sherpa.modeldir import resolve_model
+from streamasr.backends.sherpa.onnx_meta import read_encoder_metadata
 from streamasr.errors import ModelError
-from streamasr.modeldir import resolve_model
-from streamasr.onnx_meta import read_encoder_metadata
 
 
 def test_default_chunk_is_16_and_metadata_is_read(random_transducer: Path) -> None:
@@ -156,7 +156,7 @@ def test_broken_tokens_txt_is_one_clear_line_in_a_fresh_process(
 
 
 def test_vocab_size_is_read_from_the_model(random_transducer: Path, random_ctc: Path) -> None:
-    from streamasr.modeldir import check_tokens, model_vocab_size
+    from streamasr.backends.sherpa.modeldir import check_tokens, model_vocab_size
 
     tiny_en = Path(__file__).resolve().parent.parent / "models" / "tiny-en"
     # the trained export's joiner has one output per line of its tokens.txt, whatever its size

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streamasr.backends.nemo import NemoRecognizer
+from streamasr.backends.nemo.engine import NemoRecognizer
 from streamasr.cuda import GPU_INSTALL
 from streamasr.errors import DependencyError, ModelError, UsageError
 
@@ -75,7 +75,7 @@ def test_bad_device_name_is_a_usage_error():
 
 def test_importing_the_backend_needs_neither_torch_nor_nemo():
     code = (
-        "import sys, streamasr, streamasr.backends.nemo, streamasr.backends.nemo_features\n"
+        "import sys, streamasr, streamasr.backends.nemo.engine, streamasr.backends.nemo.features\n"
         "print(sorted(m for m in ('torch', 'nemo') if m in sys.modules))\n"
     )
     out = subprocess.run(
@@ -89,7 +89,7 @@ def test_without_nemo_installed_the_error_names_the_extra(tmp_path):
     (tmp_path / "nemo").mkdir()
     (tmp_path / "nemo" / "__init__.py").write_text("raise ImportError('no nemo here')\n")
     code = (
-        "from streamasr.backends.nemo import NemoRecognizer\n"
+        "from streamasr.backends.nemo.engine import NemoRecognizer\n"
         "from streamasr.errors import DependencyError\n"
         "try:\n"
         f"    NemoRecognizer({str(STREAMING)!r})\n"

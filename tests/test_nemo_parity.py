@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from streamasr.backends.nemo import NemoRecognizer
+from streamasr.backends.nemo.engine import NemoRecognizer
 from streamasr.errors import ModelError
 from streamasr.stream import StreamOptions, StreamSession
 

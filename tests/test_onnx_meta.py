@@ -10,8 +10,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from streamasr.backends.sherpa.onnx_meta import (
+    parse_onnx_header,
+    read_encoder_metadata,
+    read_onnx_header,
+)
 from streamasr.errors import ModelError
-from streamasr.onnx_meta import parse_onnx_header, read_encoder_metadata, read_onnx_header
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 BUNDLED = sorted(MODELS.glob("*/*.onnx"))

@@ -24,7 +24,7 @@ import pytest
 import soundfile as sf
 from pulse_fixture import PulseServer, pulse_server
 
-from streamasr.hotwords import MAX_HOTWORD_CHARS, MAX_HOTWORDS_BYTES
+from streamasr.backends.sherpa.hotwords import MAX_HOTWORD_CHARS, MAX_HOTWORDS_BYTES
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -356,7 +356,7 @@ def test_a_huge_hotword_list_is_refused_at_once(tmp_path: Path, content: str, sa
 
 
 def test_long_lists_are_checked_in_linear_time() -> None:
-    from streamasr.hotwords import check_phrases
+    from streamasr.backends.sherpa.hotwords import check_phrases
     from streamasr.tokens import read_vocabulary
 
     vocabulary = read_vocabulary(TINY_EN / "tokens.txt")
@@ -444,8 +444,8 @@ def test_hotwords_without_a_usable_temporary_folder_is_one_error(
     import errno
     import tempfile
 
+    from streamasr.backends.sherpa.hotwords import engine_hotword_options
     from streamasr.errors import OutputError
-    from streamasr.hotwords import engine_hotword_options
     from streamasr.tokens import read_vocabulary
 
     words = tmp_path / "hot.txt"

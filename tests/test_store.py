@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from streamasr.modeldir import resolve_model
 
+from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.distribution import catalog
 from streamasr.distribution.cache import LOCK_DIR, cache_dir, find_cached, verify_installed
 from streamasr.distribution.install import PART_SUFFIX, pull

@@ -10,9 +10,9 @@ import soundfile as sf
 
 from streamasr.audio import FileSource
 from streamasr.backends.base import EndpointOptions, EngineOptions
-from streamasr.backends.sherpa import SherpaRecognizer
+from streamasr.backends.sherpa.engine import SherpaRecognizer
+from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.events import Final, FirstToken, Partial
-from streamasr.modeldir import resolve_model
 from streamasr.onset import OnsetDetector
 from streamasr.stream import StreamOptions, StreamSession
 

@@ -16,10 +16,10 @@ from typer.testing import CliRunner
 
 from streamasr.audio import FileSource
 from streamasr.backends.base import EndpointOptions, EngineOptions
-from streamasr.backends.sherpa import SherpaRecognizer
+from streamasr.backends.sherpa.engine import SherpaRecognizer
+from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.cli import app
 from streamasr.events import Final, FirstToken
-from streamasr.modeldir import resolve_model
 from streamasr.stream import StreamOptions, StreamSession
 
 REPO = Path(__file__).resolve().parent.parent

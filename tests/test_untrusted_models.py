@@ -22,9 +22,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
-from streamasr.backends import nemo_archive
+from streamasr.backends.nemo import archive as nemo_archive
+from streamasr.backends.sherpa.onnx_meta import external_data_locations
 from streamasr.errors import ModelError
-from streamasr.onnx_meta import external_data_locations
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"
@@ -368,7 +368,7 @@ def test_the_allowlist_names_real_classes_and_the_attack_is_real(tmp_path):
     evil = craft(tmp_path / "evil.nemo", lambda c: c.update(preprocessor=function_target(marker)))
     code = (
         "import importlib, inspect, sys\n"
-        "from streamasr.backends.nemo_archive import ALLOWED_TARGETS\n"
+        "from streamasr.backends.nemo.archive import ALLOWED_TARGETS\n"
         "import nemo.collections.asr as asr\n"
         "for name in sorted(ALLOWED_TARGETS):\n"
         "    module, _, attr = name.rpartition('.')\n"
@@ -435,7 +435,7 @@ def with_external_data(tmp_path: Path, location: str) -> Path:
 
 
 def test_onnx_external_data_inside_the_folder_is_allowed(tmp_path):
-    from streamasr import modeldir
+    from streamasr.backends.sherpa import modeldir
 
     folder = with_external_data(tmp_path, "weights/borrowed.bin")
     assert external_data_locations(next(folder.glob("*.onnx"))) == ("weights/borrowed.bin",)

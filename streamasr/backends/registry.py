@@ -49,7 +49,8 @@ class PluginError(StreamAsrError):
 
 def _builtin() -> list[BackendEntry]:
     """The engines that ship with streamasr, most specific first (sherpa-onnx is the default)."""
-    from streamasr.backends import nemo, sherpa
+    from streamasr.backends.nemo import engine as nemo
+    from streamasr.backends.sherpa import engine as sherpa
 
     return [nemo.BACKEND, sherpa.BACKEND]
 

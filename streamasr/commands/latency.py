@@ -241,9 +241,9 @@ def _model_budget(
     Catalog names resolve through the catalog (settings, no download needed) and, for
     `--measure`, through the model cache the way `file --model NAME` finds them.
     """
+    from streamasr.backends.sherpa.modeldir import list_bundled, resolve_model
+    from streamasr.backends.sherpa.onnx_meta import read_encoder_metadata
     from streamasr.distribution import cache, catalog
-    from streamasr.modeldir import list_bundled, resolve_model
-    from streamasr.onnx_meta import read_encoder_metadata
 
     entry = catalog.find(model) if model is not None else None
     if model is not None and entry is not None and not Path(model).exists():

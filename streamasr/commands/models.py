@@ -25,6 +25,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from streamasr.backends.sherpa.modeldir import bundled_models_dir, list_bundled
 from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup_logging
 from streamasr.distribution import install
 from streamasr.distribution.cache import (
@@ -40,7 +41,6 @@ from streamasr.distribution.download import DEFAULT_TIMEOUT_S, ProgressFn
 from streamasr.distribution.local_models import describe_folder
 from streamasr.distribution.manifest import MANIFEST_NAME
 from streamasr.errors import ModelError, UsageError
-from streamasr.modeldir import bundled_models_dir, list_bundled
 
 models_app = typer.Typer(
     name="models",

@@ -96,7 +96,7 @@ class CatalogEntry:
     size_mb: float  # download size in MiB (approximate when archive_bytes is None)
     description: str
     archive_bytes: int | None = None  # exact download size when known
-    engine: str = "sherpa-onnx"  # "sherpa-onnx" (backends/sherpa.py) or "nemo" (backends/nemo.py)
+    engine: str = "sherpa-onnx"  # "sherpa-onnx" (backends/sherpa/) or "nemo" (backends/nemo/)
     exports: tuple[ZipformerExport, ...] = ()  # sherpa-onnx Zipformer exports
     att_context_sizes: tuple[AttContext, ...] = ()  # NeMo FastConformer look-aheads
     params_m: float | None = None  # millions of parameters, where published

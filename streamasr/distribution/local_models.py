@@ -34,7 +34,7 @@ class FolderFacts:
 
 def describe_folder(directory: Path) -> FolderFacts:
     """Facts of a model folder; UNKNOWN where its files do not say (or cannot be read)."""
-    from streamasr.modeldir import CHUNK_TAG, resolve_model
+    from streamasr.backends.sherpa.modeldir import CHUNK_TAG, resolve_model
     from streamasr.tokens import read_vocabulary
 
     if any(directory.glob("*.nemo")):

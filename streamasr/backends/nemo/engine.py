@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from streamasr.backends.nemo_features import IncrementalMel
 
 from streamasr.backends.base import BackendInfo, EngineOptions, Hypothesis, RecognizerStream
+from streamasr.backends.nemo.features import IncrementalMel
 from streamasr.cuda import GPU_INSTALL as GPU_EXTRA
 from streamasr.errors import DependencyError, ModelError, UsageError
 from streamasr.resample import StreamResampler
@@ -132,7 +132,7 @@ def load_model(torch, path: Path, device: str, trust_config: bool = False):
     The archive is unpacked and its config checked before NeMo is imported (nemo_archive.py
     says why); `trust_config` lets in classes outside the allowlist, with a warning.
     """
-    from streamasr.backends import nemo_archive
+    from streamasr.backends.nemo import archive as nemo_archive
 
     key = (str(path.resolve()), device, path.stat().st_mtime_ns, trust_config)
     if key not in _LOADED:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any  # sherpa_onnx's bindings carry no type information
 
 import numpy as np
-from streamasr.modeldir import ModelFiles
 
 from streamasr.backends.base import (
     BackendEntry,
@@ -20,6 +19,7 @@ from streamasr.backends.base import (
     Hypothesis,
     RecognizerStream,
 )
+from streamasr.backends.sherpa.modeldir import ModelFiles
 from streamasr.errors import ModelError, UsageError
 from streamasr.tokens import (
     AssembledText,
@@ -92,7 +92,10 @@ class SherpaRecognizer:
         with contextlib.ExitStack() as stack:
             hotword_setup: dict[str, object] = {}
             if options.hotwords_file and files.kind == "transducer":
-                from streamasr.hotwords import HOTWORD_MIN_ACTIVE_PATHS, engine_hotword_options
+                from streamasr.backends.sherpa.hotwords import (
+                    HOTWORD_MIN_ACTIVE_PATHS,
+                    engine_hotword_options,
+                )
 
                 hotword_setup = dict(
                     stack.enter_context(
@@ -313,7 +316,7 @@ class SherpaStream:
 
 def _load(model: str | None, options: EngineOptions) -> SherpaRecognizer:
     """The registry's loader: find the export for the chunk, then load it."""
-    from streamasr.modeldir import resolve_model
+    from streamasr.backends.sherpa.modeldir import resolve_model
 
     files = resolve_model(model, options.sherpa.chunk, prefer_int8=options.sherpa.prefer_int8)
     return SherpaRecognizer(files, options)
@@ -324,8 +327,7 @@ def _recognises(model: str | None) -> bool:
 
     sherpa-onnx is also the default backend, so this only has to be right when asked first.
     """
-    from streamasr.modeldir import bundled_models_dir
-
+    from streamasr.backends.sherpa.modeldir import bundled_models_dir
     from streamasr.distribution import catalog
 
     if model is None:

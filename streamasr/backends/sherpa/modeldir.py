@@ -12,13 +12,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from streamasr.onnx_meta import (
+from streamasr.backends.sherpa.onnx_meta import (
     EncoderMetadata,
     external_data_locations,
     read_encoder_metadata,
     read_onnx_header,
 )
-
 from streamasr.distribution import cache, catalog, manifest
 from streamasr.errors import ModelError, ModelMismatchError
 
@@ -37,7 +36,7 @@ def bundled_models_dir() -> Path:
     env = os.environ.get("STREAMASR_MODELS")
     if env:
         return Path(env)
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[2]  # the streamasr package
     checkout = package.parent / "models"
     if (package.parent / "pyproject.toml").is_file() and checkout.is_dir():
         return checkout

@@ -1,0 +1,1 @@
+"""The NVIDIA NeMo engine: cache-aware streaming FastConformer, CUDA or CPU."""

@@ -1,0 +1,1 @@
+"""The sherpa-onnx engine: streaming Zipformer transducers and CTC models on the CPU."""
