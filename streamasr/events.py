@@ -117,6 +117,7 @@ class StreamSummary:
     first_token_latency_s: float | None = None  # None: no text was ever shown
     first_token_wall_latency_s: float | None = None  # only under real-time pacing
     revisions: int = 0
+    skipped_s: float = 0.0  # input the VAD gate (--vad-gate) kept from the recogniser
 
     @property
     def rtf(self) -> float:

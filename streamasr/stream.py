@@ -6,6 +6,7 @@ so tests can drive the loop with a fake clock and get exact timings.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -20,6 +21,7 @@ from streamasr.errors import BackendError
 from streamasr.events import Endpoint, Event, Final, FirstToken, Partial, StreamSummary
 from streamasr.onset import OnsetDetector, OnsetOptions
 from streamasr.resample import StreamResampler
+from streamasr.vad import Piece, VadFrontEnd, VadOptions
 
 DEFAULT_TAIL_PADDING_S = 0.66
 EventT = TypeVar("EventT", bound=Event)
@@ -28,7 +30,8 @@ EventT = TypeVar("EventT", bound=Event)
 @dataclass(frozen=True)
 class StreamOptions:
     """How audio is fed and cut: block size (None = one chunk), padding at the end of input,
-    onset detection and the endpoint rules (applied here, the same for every engine).
+    onset detection and the endpoint rules (applied here, the same for every engine), and
+    the voice activity detector (`vad`: onsets, its end rule, the silence gate; docs/vad.md).
 
     `paced` says the audio arrives at live speed (`--realtime`, a microphone): only then is
     a wall-clock latency the user's wait, so only then is it reported.
@@ -39,6 +42,7 @@ class StreamOptions:
     onset: OnsetOptions = OnsetOptions()
     paced: bool = False
     endpoint: EndpointOptions = EndpointOptions()
+    vad: VadOptions = VadOptions()
 
 
 class StreamSession:
@@ -85,6 +89,16 @@ class StreamSession:
         self._segment_has_token = False
         self._finals: list[Final] = []
         self._onsets = OnsetDetector(sample_rate, options.onset)
+        self._vad: VadFrontEnd | None = None
+        if options.vad.uses_front_end:
+            self._vad = VadFrontEnd(options.vad, sample_rate, options.onset)
+        self._onset_from_s = 0.0  # a VAD onset of the open segment lies at or after this
+        # the silence gate ends the engine's stream at a gap and opens a fresh one after it:
+        # where in the input that stream began, what it was fed, what it decoded
+        self._stream_from_s = 0.0
+        self._stream_samples = 0
+        self._stream_decoded_s = 0.0
+        self._gap = False
         self._first_token: FirstToken | None = None
         self._revisions = 0
         self._finished = False
@@ -111,8 +125,13 @@ class StreamSession:
         if self._finished:
             return []
         started = self.clock()
-        self.accept(samples)
-        events = self._decode_ready()
+        if self._vad is not None and self._vad.gate is not None:
+            self._onsets.feed(samples)
+            self._samples_fed += len(samples)
+            events = self._feed_gated(self._vad.accept(samples))
+        else:
+            self.accept(samples)
+            events = self._decode_ready()
         self._compute_s += self.clock() - started
         return events
 
@@ -124,10 +143,12 @@ class StreamSession:
         if self._finished:
             return []
         started = self.clock()
-        if not self.end_input():
-            return []
-        events = self._decode_ready()
-        events.extend(self.close())
+        events: list[Event] = []
+        if self._vad is not None and self._vad.gate is not None:
+            events = self._feed_gated(self._vad.finish())
+        if self.end_input():
+            events.extend(self._decode_ready())
+            events.extend(self.close())
         self._compute_s += self.clock() - started
         return events
 
@@ -137,7 +158,16 @@ class StreamSession:
             return
         self._onsets.feed(samples)
         self._samples_fed += len(samples)
-        self._to_engine(samples)
+        if self._vad is None:
+            self._to_engine(samples)
+            return
+        if self._vad.gate is not None:
+            raise BackendError(
+                "the VAD gate needs a stream decoded as it is fed (feed/finish), not stepped "
+                "by a batch; drop --vad-gate or decode one stream at a time"
+            )
+        for piece in self._vad.accept(samples):
+            self._to_engine(piece.samples)
 
     def end_input(self) -> bool:
         """Append the tail padding and tell the engine no more audio comes, without decoding.
@@ -147,7 +177,7 @@ class StreamSession:
         if self._finished:
             return False
         self._finished = True
-        if self._samples_fed == 0:
+        if self._samples_fed == 0 or (self._gap and self._stream_samples == 0):
             return False
         pad = int(self.options.tail_padding_s * self.sample_rate)
         if pad > 0:
@@ -163,10 +193,18 @@ class StreamSession:
         events: list[Event] = []
         if hyp.text != self._shown:
             events.extend(self._partial(hyp))
+        self._stream_decoded_s += self.recognizer.chunk_s
         decision = self._endpointer.step(self.recognizer.chunk_s, hyp)
-        if decision is not None:
+        rule = decision.rule if decision is not None else None
+        # the VAD decided speech ended by the audio this step decoded (block-size invariant)
+        vad_end = self._vad is not None and self._vad.end_due(
+            self._stream_from_s + self._stream_decoded_s
+        )
+        if rule is None and vad_end and hyp.text:
+            rule = "vad"
+        if rule is not None:
             if hyp.text:
-                events.append(self._event(Endpoint))
+                events.append(self._event(Endpoint, rule_hint=rule))
                 events.append(self._final(hyp))
             self.stream.reset()
             self._endpointer.reset()
@@ -183,6 +221,50 @@ class StreamSession:
     def add_compute(self, seconds: float) -> None:
         """Compute spent on this stream by a batch driver (its share of a batched step)."""
         self._compute_s += seconds
+
+    def _feed_gated(self, pieces: list[Piece]) -> list[Event]:
+        """Feed what the gate kept; at the first skipped piece of a gap, end the engine's
+        stream there (an endpoint named `vad_gate`); after the gap, open a fresh stream whose
+        times are shifted to where it began in the input."""
+        events: list[Event] = []
+        for piece in pieces:
+            if piece.keep:
+                if self._gap:
+                    self._restart_stream(piece.start_sample / self.sample_rate)
+                self._stream_samples += len(piece.samples)
+                self._to_engine(piece.samples)
+                events.extend(self._decode_ready())
+            elif not self._gap:
+                events.extend(self._end_stream_at_gap())
+        return events
+
+    def _end_stream_at_gap(self) -> list[Event]:
+        self._gap = True
+        if self._stream_samples == 0:
+            return []
+        self._stream_samples = 0  # what follows goes to a fresh stream, or nowhere
+        pad = int(self.options.tail_padding_s * self.sample_rate)
+        if pad > 0:
+            self._to_engine(np.zeros(pad, dtype=np.float32))
+        if self._resampler is not None:
+            self.stream.accept(self._engine_rate, self._resampler.flush())
+        self.stream.input_finished()
+        events = self._decode_ready()
+        hyp = self._hypothesis()
+        if hyp.text:
+            events.append(self._event(Endpoint, rule_hint="vad_gate"))
+            events.append(self._final(hyp))
+        return events
+
+    def _restart_stream(self, from_s: float) -> None:
+        self.stream = self.recognizer.create_stream()
+        if self._resampler is not None:
+            self._resampler = StreamResampler(self.sample_rate, self._engine_rate)
+        self._endpointer.reset()
+        self._stream_from_s = from_s
+        self._stream_samples = 0
+        self._stream_decoded_s = 0.0
+        self._gap = False
 
     def _to_engine(self, samples: np.ndarray) -> None:
         if self._resampler is not None:
@@ -205,12 +287,20 @@ class StreamSession:
                 self._first_token.wall_latency_s if self._first_token else None
             ),
             revisions=self._revisions,
+            skipped_s=round(self._vad.skipped_s, 6) if self._vad is not None else 0.0,
         )
 
     def _hypothesis(self) -> Hypothesis:
         """The backend's hypothesis, checked where it is new (see check_hypothesis)."""
         hyp = self.stream.hypothesis()
         check_hypothesis(hyp, self._backend)
+        if self._stream_from_s:
+            shift = self._stream_from_s  # a stream the gate opened after a gap
+            hyp = dataclasses.replace(
+                hyp,
+                token_times_s=tuple(round(t + shift, 6) for t in hyp.token_times_s),
+                segment_start_s=hyp.segment_start_s + shift,
+            )
         return hyp
 
     def _decode_ready(self) -> list[Event]:
@@ -244,7 +334,14 @@ class StreamSession:
         after the audio fed (a segment opened inside the tail padding) the latency is 0 and
         the event says so, rather than reporting text before its own onset.
         """
-        onset, source = first_token_onset(self._onsets.onset_s, hyp.segment_start_s, self.audio_s)
+        detected = self._onsets.onset_s
+        if self._vad is not None:
+            detected = self._vad.onset_after(self._onset_from_s, self.audio_s)
+        elif self.options.vad.detector == "off":
+            detected = None
+        onset, source = first_token_onset(detected, hyp.segment_start_s, self.audio_s)
+        if source == "detected" and self._vad is not None:
+            source = self._vad.onset_source
         wall_latency = None
         if self.options.paced:
             wall_latency = round(max(0.0, self.clock() - self._start_wall - onset), 6)
@@ -277,6 +374,7 @@ class StreamSession:
         self._shown = ""
         self._segment_has_token = False
         self._onsets.rearm(self.audio_s)
+        self._onset_from_s = final.end_s
         return final
 
     def _event(self, cls: type[EventT], **fields: object) -> EventT:

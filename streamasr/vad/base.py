@@ -28,7 +28,7 @@ class VadOptions:
     detector: str = "energy"
     model: str | None = None  # Silero model file; None: the bundled one
     threshold: float = 0.5  # Silero speech probability
-    min_speech_s: float = 0.25  # speech shorter than this is not a start
+    min_speech_s: float = 0.1  # speech shorter than this is not a start
     min_silence_s: float = 0.5
     end_rule: bool = False
     gate: bool = False

@@ -76,10 +76,14 @@ class VadFrontEnd:
         return self.gate.flush() if self.gate is not None else []
 
     def onset_after(self, from_s: float, audio_s: float) -> float | None:
-        """The first speech start at or after `from_s` known by `audio_s` (None: none yet)."""
+        """The first speech start at or after `from_s` known by `audio_s` (None: none yet);
+        a detector's start still waiting for confirmation counts."""
         for start in self.detector.track.starts:
             if from_s - 1e-9 <= start <= audio_s:
                 return start
+        pending = getattr(self.detector, "pending_start_s", None)
+        if pending is not None and from_s - 1e-9 <= pending <= audio_s:
+            return float(pending)  # a run of speech not yet long enough to be confirmed
         return None
 
     def end_due(self, decoded_to_s: float) -> bool:

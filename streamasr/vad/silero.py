@@ -1,14 +1,18 @@
 """Silero VAD through sherpa-onnx's `VadModel`: no torch and no new dependency at run time.
 
 Why sherpa-onnx and not onnxruntime: sherpa-onnx is already what runs the recogniser, so the
-VAD costs no extra package, and its `VadModel` applies Silero's own hysteresis (a start needs
-`min_speech_s` of speech; an end needs `min_silence_s` of silence; a 0.15 band below the
-threshold keeps speech going). It answers per 32 ms window whether speech is on; this module
-turns the moments it switches into start and end times.
+VAD costs no extra package (onnxruntime is not a dependency of streamasr) and runs in the same
+C++ runtime. Its `VadModel` answers per 32 ms window whether speech is on (a 0.15 band below
+the threshold keeps speech going); this module turns those answers into start and end times.
 
 The model wants 16 kHz: other rates go through the core's streaming resampler. Windows are
 cut from a buffer, 512 new samples each (plus the 64 before them as context, Silero v5+), so
 the same audio in any block sizes gives the same answer.
+
+`VadModel` would also apply Silero's hysteresis itself, but it hides where a run of speech
+began until the run is confirmed; run with none (min speech and silence 0), it gives each
+window's verdict one window late, and the hysteresis is applied here, where the start of a
+run that is not yet confirmed stays visible (a first token may come before confirmation).
 """
 
 from __future__ import annotations
@@ -77,7 +81,14 @@ def _check_inputs(path: Path) -> None:
 
 
 class SileroDetector:
-    """Speech starts and ends from Silero VAD, fed blocks at any rate and size."""
+    """Speech starts and ends from Silero VAD, fed blocks at any rate and size.
+
+    The model runs with no hysteresis of its own (min speech and silence 0), so each window's
+    verdict is known one window later (sherpa-onnx reports the first window of a run when
+    the second arrives); `min_speech_s` and `min_silence_s` are applied here, on those
+    verdicts. A run of speech not yet long enough to count is `pending_start_s`: the onset
+    a first token may be timed from before the start is confirmed.
+    """
 
     onset_source = "silero_vad"
 
@@ -87,8 +98,8 @@ class SileroDetector:
         config = sherpa_onnx.VadModelConfig()
         config.silero_vad.model = str(model_path(options))
         config.silero_vad.threshold = options.threshold
-        config.silero_vad.min_speech_duration = options.min_speech_s
-        config.silero_vad.min_silence_duration = options.min_silence_s
+        config.silero_vad.min_speech_duration = 0.0
+        config.silero_vad.min_silence_duration = 0.0
         config.sample_rate = VAD_RATE_HZ
         config.num_threads = 1
         try:
@@ -100,23 +111,33 @@ class SileroDetector:
                 "pass --vad-model a Silero VAD .onnx file (v5 or later)"
             ) from None
         self._context = max(0, self._model.window_size() - WINDOW)
-        self._start_lag = max(1, math.ceil(self._model.min_speech_duration_samples() / WINDOW))
-        self._end_lag = math.ceil(self._model.min_silence_duration_samples() / WINDOW)
+        self._min_speech = max(1, math.ceil(options.min_speech_s * VAD_RATE_HZ / WINDOW))
+        self._min_silence = max(1, math.ceil(options.min_silence_s * VAD_RATE_HZ / WINDOW))
         self._resampler = (
             StreamResampler(sample_rate, VAD_RATE_HZ) if sample_rate != VAD_RATE_HZ else None
         )
         self._buffer = np.zeros(self._context, dtype=np.float32)
-        self._windows = 0
-        self._speaking = False
+        self._windows = 0  # windows run through the model
+        self._said = False  # the model's answer for the last window
+        self._run_from: int | None = None  # first window of the current run of speech
+        self._quiet_from: int | None = None  # first window of the silence inside speech
         self.track = SpeechTrack()
 
     @property
     def processed_s(self) -> float:
-        return self._windows * WINDOW / VAD_RATE_HZ
+        """Input seconds whose verdict is known (one window behind the model)."""
+        return max(0, self._windows - 1) * WINDOW / VAD_RATE_HZ
 
     @property
     def lag_s(self) -> float:
-        return (self._start_lag + 1) * WINDOW / VAD_RATE_HZ
+        return (self._min_speech + 1) * WINDOW / VAD_RATE_HZ
+
+    @property
+    def pending_start_s(self) -> float | None:
+        """Start of a run of speech too short so far to be confirmed (None: no such run)."""
+        if self.track.in_speech or self._run_from is None:
+            return None
+        return self._seconds(self._run_from)
 
     def feed(self, samples: np.ndarray) -> None:
         if self._resampler is not None:
@@ -131,14 +152,36 @@ class SileroDetector:
             self._buffer = self._buffer[used:].copy()
 
     def _window(self, window: np.ndarray) -> None:
+        said = bool(self._model.is_speech(window))
         index = self._windows
         self._windows += 1
-        speaking = bool(self._model.is_speech(window))
-        if speaking and not self._speaking:
-            # the model switched on at window `index` after `start_lag` windows of speech
-            self.track.start(max(0, index - self._start_lag) * WINDOW / VAD_RATE_HZ)
-        elif self._speaking and not speaking:
-            # ... and off once `end_lag` windows of silence followed the last speech
-            end = max(0, index - self._end_lag) * WINDOW / VAD_RATE_HZ
-            self.track.end(max(end, self.track.starts[-1]), self.processed_s)
-        self._speaking = speaking
+        if index > 0:
+            # the previous window was speech if the model said so, or if it says so now for
+            # the first time (a run's first window is only reported with its second)
+            self._verdict(index - 1, self._said or (said and not self._said))
+        self._said = said
+
+    def _verdict(self, index: int, speech: bool) -> None:
+        if not self.track.in_speech:
+            if not speech:
+                self._run_from = None
+                return
+            if self._run_from is None:
+                self._run_from = index
+            if index - self._run_from + 1 >= self._min_speech:
+                self.track.start(self._seconds(self._run_from))
+                self._run_from = None
+                self._quiet_from = None
+            return
+        if speech:
+            self._quiet_from = None
+            return
+        if self._quiet_from is None:
+            self._quiet_from = index
+        if index - self._quiet_from + 1 >= self._min_silence:
+            self.track.end(self._seconds(self._quiet_from), self._seconds(index + 1))
+            self._quiet_from = None
+
+    @staticmethod
+    def _seconds(window: int) -> float:
+        return window * WINDOW / VAD_RATE_HZ
