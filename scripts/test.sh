@@ -30,7 +30,8 @@ python -m mypy
 # the manual (docs/): a broken link, anchor or page not in the nav fails the build
 python -m mkdocs build --strict --quiet
 mkdir -p build
-python -m pytest -q -rs --junitxml=build/junit.xml "$@"
+# one worker per core, one test file per worker at a time (tests/conftest.py: slow files first)
+python -m pytest -q -rs -n auto --dist loadfile --durations=20 --junitxml=build/junit.xml "$@"
 
 python - <<'PY'
 import sys

@@ -27,6 +27,54 @@ MODELS = REPO / "models"
 SPEECH_TEXT = "early see create show life and then mother walk seven nine"
 
 
+# The suite runs on xdist workers (scripts/test.sh: `-n auto --dist loadfile`), one test file
+# at a time per worker, so module fixtures (a PulseAudio server, a loaded model) are built once.
+# The files that measured slowest start first, so that no long file is left to start last
+# while the other workers idle. Files that must not run beside each other (they start
+# something a machine holds only once, such as a Ray cluster) share a group: every file
+# whose name starts with the group's prefix runs on one worker, one after the other.
+SLOW_FILES_FIRST = (
+    "test_untrusted_models.py", "test_cli_hostile.py", "test_audio_input.py",
+    "test_bench_hardening.py", "test_chinese.py", "test_signals_workers.py",
+    "test_latency.py", "test_models_reproducible.py", "test_gpu_flag.py",
+    "test_endpointing.py", "test_open_data.py", "test_plugins_and_bounds.py",
+    "test_store_trust.py", "test_progress.py", "test_store_faults.py", "test_mic_pulse.py",
+    "test_config.py", "test_bench_settings.py", "test_cli_file.py",
+)
+ONE_WORKER_GROUPS = {"ray": "test_ray"}  # group name: file-name prefix
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow files first (a stable sort: files and tests otherwise keep their order)."""
+    rank = {name: index for index, name in enumerate(SLOW_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: its file, or the group its file belongs to."""
+    path = nodeid.split("::", 1)[0]
+    name = path.rsplit("/", 1)[-1]
+    for group, prefix in ONE_WORKER_GROUPS.items():
+        if name.startswith(prefix):
+            return group
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadfile`, with the groups above and in collection order (slow files first)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileOrGroupScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the slow-first order of the collection
+    return FileOrGroupScheduling(config, log)
+
+
 def require_tool(name: str) -> str:
     """CI installs these; a missing one is a failure, not a skip."""
     path = shutil.which(name)
