@@ -55,6 +55,8 @@ def summary_line(summary: StreamSummary, realtime: bool) -> str:
             latency += f", {summary.first_token_wall_latency_s * 1000:.0f} ms (wall clock)"
         parts.append(latency)
     parts.append(f"{summary.revisions} partial revisions")
+    if summary.skipped_s:
+        parts.append(f"{summary.skipped_s:.2f} s of silence not decoded (--vad-gate)")
     return f"{summary.source}: " + ", ".join(parts)
 
 
@@ -234,6 +236,7 @@ class JsonlRenderer:
                 "first_token_latency_s": summary.first_token_latency_s,
                 "first_token_wall_latency_s": summary.first_token_wall_latency_s,
                 "revisions": summary.revisions,
+                "skipped_s": round(summary.skipped_s, 6),
             }
         )
 

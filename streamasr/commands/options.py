@@ -49,6 +49,7 @@ from streamasr.commands.common import (
 )
 from streamasr.errors import UsageError
 from streamasr.stream import DEFAULT_TAIL_PADDING_S, StreamOptions
+from streamasr.vad import vad_options
 
 log = logging.getLogger("streamasr")
 
@@ -81,6 +82,10 @@ class ModelOptions:
     block_ms: float | None = None
     tail_padding_s: float = DEFAULT_TAIL_PADDING_S
     onset_dbfs: float | None = None
+    vad: str = "energy"  # streamasr.vad: silero | energy | off
+    vad_end: bool = False
+    vad_gate: bool = False
+    vad_model: str | None = None
     verify: bool = False  # hash every file of a pulled model before use
 
 
@@ -172,6 +177,21 @@ _SPECS: tuple[_Spec, ...] = (
         "Speech onset for first-token timing at this fixed level (dBFS RMS of 10 ms "
         "frames) instead of the default: 10 dB above the measured noise floor.",
     ),
+    _Spec(
+        "vad", str, ("--vad",),
+        "Voice activity detector for onsets, --vad-end and --vad-gate: silero (Silero VAD, "
+        "bundled), energy (10 dB over the noise floor) or off (docs/vad.md).",
+    ),
+    _Spec(
+        "vad_end", bool, ("--vad-end",),
+        "End an utterance when the VAD hears 0.5 s of silence (sooner than --rule2).",
+    ),
+    _Spec(
+        "vad_gate", bool, ("--vad-gate",),
+        "Do not feed the recogniser silence the VAD finds (0.5 s hangover); the stream "
+        "ends at each gap, times stay those of the input.",
+    ),
+    _Spec("vad_model", str | None, ("--vad-model",), "A Silero VAD .onnx file (v5 or later)."),
     _Spec(
         "verify", bool, ("--verify",),
         "Hash every file of a pulled model against its manifest before use. Without it "
@@ -315,6 +335,7 @@ def stream_options(options: ModelOptions, *, paced: bool) -> StreamOptions:
         tail_padding_s=options.tail_padding_s,
         onset=onset_options(options.onset_dbfs),
         paced=paced,
+        vad=vad_options(options.vad, options.vad_end, options.vad_gate, options.vad_model),
         endpoint=EndpointOptions(
             enabled=options.endpoint,
             rule1_s=options.rule1_s,
