@@ -219,6 +219,9 @@ class BenchRequest:
             if self.workers > 1:
                 raise UsageError("--ray spreads the utterances over the cluster's CPUs; drop "
                                  "--workers")
+        if self.model_options.vad_gate and max(self.stream_counts()) > 1:
+            raise UsageError("--vad-gate ends and reopens a stream at each gap, which a batched "
+                             "step cannot; use it without --streams")
         if self.realtime and max(self.stream_counts()) > 1:
             raise UsageError("--realtime paces one live stream at a time; use it without --streams")
         if self.metric not in (*METRICS, "auto"):

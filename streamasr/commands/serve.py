@@ -202,6 +202,11 @@ def register(app: typer.Typer) -> None:
             security.ssl_context()  # a bad certificate is a usage error before the model loads
             if not 1 <= workers <= MAX_WORKERS:
                 raise UsageError(f"--workers {workers}: use 1 to {MAX_WORKERS}")
+            if model_options.vad_gate:
+                raise UsageError(
+                    "--vad-gate ends and reopens a stream at each gap, which serve's batched "
+                    "steps cannot; use it with file, mic or bench (--vad and --vad-end work here)"
+                )
             scheme = "wss" if certfile else "ws"
             page = "https" if certfile else "http"
 
