@@ -38,7 +38,7 @@ from pathlib import Path
 
 from streamasr.api import Model, open_model
 from streamasr.audio import FileSource
-from streamasr.backends.base import EngineOptions, SherpaOptions
+from streamasr.backends.base import EngineOptions
 from streamasr.bench.datasets import load_dataset
 from streamasr.bench.metrics import ErrorCounts, score, total_counts
 from streamasr.errors import DatasetError, StreamAsrError, UsageError
@@ -68,7 +68,7 @@ def load_model(model_dir: Path, chunk: int, head: str) -> Model:
     A transducer prefers its int8 encoder/joiner (as `streamasr` does by default); a CTC
     export is taken in fp32 when there is one.
     """
-    options = EngineOptions(sherpa=SherpaOptions(chunk=chunk, prefer_int8=head == "transducer"))
+    options = EngineOptions(own={"chunk": chunk, "fp32": head != "transducer"})
     model = open_model(str(model_dir), options=options)
     kind = model.info.settings.get("kind", head)
     if kind != head:

@@ -12,7 +12,7 @@ prints: the same partials, first tokens, endpoints and finals, with the same tim
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -64,9 +64,18 @@ def open_model(
 ) -> Model:
     """Load `model` (bundled name, catalog name, folder or `.nemo` file) with its backend.
 
-    Engine settings come as an `EngineOptions` or as its field names
-    (`open_model("tiny-en", threads=1)`).
+    Engine settings come as an `EngineOptions` or by name: `threads` and `device`, and the
+    options the chosen backend declares (`open_model("tiny-en", threads=1, chunk=32)`),
+    parsed and range-checked by that backend as the command line's are; one it does not
+    declare is a UsageError naming the backend that owns it.
     """
-    engine = replace(options or EngineOptions(), **engine_fields)  # type: ignore[arg-type]
+    from streamasr.backends.registry import choose_backend, engine_options
+
+    base = options or EngineOptions()
+    threads = int(engine_fields.pop("threads", base.threads))  # type: ignore[call-overload]
+    device = str(engine_fields.pop("device", base.device))
+    entry = choose_backend(model, backend)
+    given = {**base.own, **engine_fields}
+    engine = engine_options(entry, given, threads=threads, device=device)
     recognizer = load_recognizer(model, engine, backend)
     return Model(recognizer, stream_options or StreamOptions())

@@ -163,7 +163,7 @@ SETTINGS = [(m, "greedy_search") for m in SHERPA_MODELS] + [
 @pytest.mark.parametrize(("model", "method"), SETTINGS)
 def test_every_step_matches_whole_hypothesis_assembly(model: str, method: str) -> None:
     recognizer = load_recognizer(
-        str(MODELS / model), EngineOptions(decoding_method=method), backend="sherpa-onnx"
+        str(MODELS / model), EngineOptions(own={"decoding_method": method}), backend="sherpa-onnx"
     )
     assert isinstance(recognizer, SherpaRecognizer)
     stream = recognizer.create_stream()

@@ -201,12 +201,12 @@ def test_metadata_errors_name_the_problem(tmp_path: Path):
 def _engine(files_dir: Path, chunk: int | None = None):
     """The export's files (for the derived budget) and the model loaded through the registry,
     the way `latency --measure` loads it."""
-    from streamasr.backends.base import EngineOptions, SherpaOptions
+    from streamasr.backends.base import EngineOptions
     from streamasr.backends.registry import load_recognizer
     from streamasr.backends.sherpa.modeldir import resolve_model
 
     files = resolve_model(str(files_dir), chunk)
-    options = EngineOptions(threads=1, sherpa=SherpaOptions(chunk=chunk))
+    options = EngineOptions(threads=1, own={"chunk": chunk})
     return files, load_recognizer(str(files_dir), options)
 
 

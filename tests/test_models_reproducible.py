@@ -141,9 +141,8 @@ def assert_same_folder(made: Path, committed: Path) -> None:
 def decoded_tokens(folder: Path, chunk: int) -> list[tuple[str, ...]]:
     """The final token sequence of each bundled clip, through the real engine."""
     import streamasr
-    from streamasr.backends.base import SherpaOptions
 
-    model = streamasr.open_model(str(folder), threads=1, sherpa=SherpaOptions(chunk=chunk))
+    model = streamasr.open_model(str(folder), threads=1, chunk=chunk)
     result = []
     for clip in CLIPS:
         audio, rate = sf.read(clip, dtype="float32")

@@ -1,4 +1,4 @@
-"""The protocol the streaming loop needs from an engine, and the options engines share."""
+"""The protocol the streaming loop needs from an engine, and the settings every engine shares."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+
+from streamasr.backends.options import EngineOption, check_number
+from streamasr.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -43,39 +46,44 @@ class EndpointOptions:
     rule3_s: float = 20.0
 
 
-@dataclass(frozen=True)
-class SherpaOptions:
-    """What only sherpa-onnx exports have: the chunk is chosen among exported files."""
+#: Engine threads by default. Measured with the full-size en-2023-06-26 architecture on a
+#: 2-core machine (scripts/perf_report.py): one thread per engine is faster than two, per
+#: stream and for batches, and more engines (bench --workers) use more cores better than more
+#: threads per engine.
+DEFAULT_THREADS = 1
+THREADS_MAX = 64  # onnxruntime gains nothing past the cores of a large server; 100000 hangs
 
-    chunk: int | None = None  # 50 Hz frames; None = 16 if exported, else the smallest
-    prefer_int8: bool = True
+
+def check_threads(threads: int, option: str = "--threads") -> None:
+    """Engine threads: at least one, at most THREADS_MAX."""
+    check_number(option, threads, 1, THREADS_MAX, f"(more than {THREADS_MAX} never helps)")
 
 
-@dataclass(frozen=True)
-class NemoOptions:
-    """What only NeMo cache-aware models have: a trained look-ahead and a choice of head."""
-
-    att_context_size: tuple[int, int] | None = None  # None = the model's default
-    decoder: str | None = None  # "rnnt" | "ctc" for hybrid models; None = the model's default
-    trust_config: bool = False  # --trust-model-config: classes outside the allowlist load
+def check_device_name(device: str) -> None:
+    """cpu, cuda or cuda:N; whether the chosen engine can use it is its entry's `devices`."""
+    prefix, _, index = device.partition(":")
+    if device != "cpu" and device != "cuda" and not (prefix == "cuda" and index.isdigit()):
+        raise UsageError(f"compute device {device!r} is not known; use cpu, cuda or cuda:N")
 
 
 @dataclass(frozen=True)
 class EngineOptions:
     """Settings of the decoding engine, independent of the audio source.
 
-    The neutral part applies to every backend; `sherpa` and `nemo` are read only by theirs.
-    Endpointing is not the engine's: the core does it (StreamOptions.endpoint).
+    `threads` and `device` mean the same to every engine and are checked here, where the
+    object is built. `own` holds the chosen backend's declared options by name, already
+    parsed by that backend (registry.engine_options builds it; an engine fills in its
+    defaults for names it does not find). Endpointing is not the engine's: the core does it
+    (StreamOptions.endpoint).
     """
 
-    threads: int = 1  # measured faster than 2 on 2 cores; see commands/common.py
+    threads: int = DEFAULT_THREADS
     device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
-    decoding_method: str = "greedy_search"
-    max_active_paths: int = 4
-    hotwords_file: str = ""
-    hotwords_score: float = 1.5
-    sherpa: SherpaOptions = SherpaOptions()
-    nemo: NemoOptions = NemoOptions()
+    own: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_threads(self.threads)
+        check_device_name(self.device)
 
 
 @dataclass(frozen=True)
@@ -156,10 +164,16 @@ class Recognizer(Protocol):
 
 @dataclass(frozen=True)
 class BackendEntry:
-    """One engine for the registry: how to tell its models apart, and how to load one.
+    """One engine for the registry: how to tell its models apart, how to load one, and the
+    options it takes.
 
     `recognises` looks at the model name or path only (no engine import), so asking every
-    backend costs nothing; `load` imports the engine.
+    backend costs nothing; `load` imports the engine. `options` are the engine's own settings
+    (backends/options.py): the commands offer them and refuse them for every other engine.
+    `devices`: "cpu", and "cuda" if it can run there. `label` names its models in messages
+    ("NeMo"); `lacks` maps an option kind the engine does not have to the sentence it says
+    when given another engine's option of that kind. `budget` gives the latency budget of a
+    loaded recognizer, for `streamasr latency`.
     """
 
     name: str
@@ -167,3 +181,17 @@ class BackendEntry:
     recognises: Callable[[str | None], bool]
     load: Callable[[str | None, EngineOptions], Recognizer]
     aliases: tuple[str, ...] = ()
+    options: tuple[EngineOption, ...] = ()
+    devices: tuple[str, ...] = ("cpu",)
+    label: str = ""
+    lacks: Mapping[str, str] = field(default_factory=dict)
+    budget: Callable[[Recognizer], object] | None = None
+
+    @property
+    def title(self) -> str:
+        """How its models are named in messages."""
+        return self.label or self.name
+
+    def option(self, name: str) -> EngineOption | None:
+        """The declared option called `name`, if any."""
+        return next((o for o in self.options if o.name == name), None)

@@ -16,9 +16,10 @@ the streaming loop has flushed what was recognised before it (see `GuardedRecogn
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, TypeVar
 
@@ -49,8 +50,8 @@ class PluginError(StreamAsrError):
 
 def _builtin() -> list[BackendEntry]:
     """The engines that ship with streamasr, most specific first (sherpa-onnx is the default)."""
-    from streamasr.backends.nemo import engine as nemo
-    from streamasr.backends.sherpa import engine as sherpa
+    from streamasr.backends.nemo import entry as nemo
+    from streamasr.backends.sherpa import entry as sherpa
 
     return [nemo.BACKEND, sherpa.BACKEND]
 
@@ -195,6 +196,78 @@ def load_recognizer(
     return choose_backend(model, backend).load(model, options)
 
 
+def installed() -> list[BackendEntry]:
+    """The built-in backends and every installed plugin that loads, quietly: for building
+    the command line's options (a broken plugin says what is wrong when it is asked for)."""
+    entries = _builtin()
+    for point in _entry_points():
+        try:
+            entries.append(_load_point(point))
+        except PluginError as exc:
+            log.debug("%s", exc)
+    return entries
+
+
+def engine_options(
+    entry: BackendEntry,
+    given: Mapping[str, object] | None = None,
+    *,
+    threads: int | None = None,
+    device: str = "cpu",
+    known: Sequence[BackendEntry] = (),
+) -> EngineOptions:
+    """The EngineOptions `entry` runs with: `given` (option name -> text or value) parsed by
+    the entry's own declarations. An option it does not declare, or a device it cannot use,
+    is a UsageError naming who owns the option (looked up in `known` and the installed
+    backends) and, where the entry has one, its equivalent."""
+    from streamasr.backends.base import DEFAULT_THREADS
+
+    given = {name: value for name, value in (given or {}).items() if value is not None}
+    own: dict[str, object] = {}
+    for name, value in given.items():
+        option = entry.option(name)
+        if option is None:
+            raise UsageError(refusal(entry, name, [*known, *installed()]))
+        own[name] = option.value(value)
+    options = EngineOptions(
+        threads=DEFAULT_THREADS if threads is None else threads, device=device, own=own
+    )
+    if device != "cpu" and "cuda" not in entry.devices:
+        raise UsageError(
+            f"--device {device}: {entry.title} models run on the CPU only (the {entry.name} "
+            f"backend cannot use CUDA); drop --device, or use a backend that can: "
+            f"{', '.join(_cuda_backends()) or 'none installed'}"
+        )
+    return options
+
+
+def _cuda_backends() -> list[str]:
+    return [e.name for e in _builtin() if "cuda" in e.devices]
+
+
+def refusal(entry: BackendEntry, name: str, known: Sequence[BackendEntry]) -> str:
+    """One line: `name` is not an option of `entry`; whose it is, and what to use instead."""
+    owners = [e for e in known if e.option(name) is not None and e.name != entry.name]
+    unique = list({e.name: e for e in owners}.values())
+    declared = next((e.option(name) for e in unique), None)
+    flag = "--" + name.replace("_", "-")
+    owned = " or ".join(e.name for e in unique) or "no installed"
+    where = f"{flag} belongs to the {owned} backend"
+    if declared is None:
+        return f"{where}; the {entry.name} backend has no option {flag}; drop it"
+    about = f"{flag} {declared.about}" if declared.about else where
+    kind = declared.kind
+    equivalent = next((o for o in entry.options if kind and o.kind == kind), None)
+    if equivalent is not None:
+        said = f"{equivalent.flag} {equivalent.example}".rstrip()
+        return f"{about}; for this {entry.title} model the equivalent is {said} ({where})"
+    if kind in entry.lacks:
+        return f"{entry.lacks[kind]}; drop {flag} ({where})"
+    article = "an" if entry.title[:1].lower() in "aeiou" else "a"
+    lacking = f"this is {article} {entry.title} model with no {declared.label or name} setting"
+    return f"{about}; {lacking} ({where})"
+
+
 # --- plugins fail alone ------------------------------------------------------------------
 
 
@@ -223,13 +296,7 @@ def _guarded_entry(entry: BackendEntry) -> BackendEntry:
             ) from None
         return GuardedRecognizer(name, recognizer)
 
-    return BackendEntry(
-        name=entry.name,
-        summary=entry.summary,
-        recognises=recognises,
-        load=load,
-        aliases=entry.aliases,
-    )
+    return dataclasses.replace(entry, recognises=recognises, load=load)
 
 
 def _failure(backend: str, what: str, exc: Exception) -> PluginError:

@@ -1,21 +1,23 @@
-"""Sweeps: one run per setting (`--chunk 16,32` or `--att-context-size 70,1/70,13`), every
-setting checked before any runs.
+"""Sweeps: one run per value of the option a backend marks sweepable (sherpa-onnx's
+`--chunk 16,32`, NeMo's `--att-context-size 70,1/70,13`, a plugin's own), every setting
+checked before any runs.
 
-A setting is one loaded engine: a sherpa-onnx export (`chunk 16`) or a trained look-ahead of a
-NeMo model (`att 70,13`), each with its own EngineOptions. All of them are loaded through the
-backend registry first, so a chunk or look-ahead the model lacks stops the sweep before
-minutes are spent on the others. Nothing here knows which engine runs.
+A setting is one loaded engine with its own EngineOptions, named as the backend labels the
+option (`chunk 16`, `att 70,13`). All of them are loaded through the backend registry first,
+so a value the model lacks stops the sweep before minutes are spent on the others. Nothing
+here knows which engine runs or what its options are called.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from streamasr.backends.base import EngineOptions, Recognizer
+from streamasr.backends.base import BackendEntry, EngineOptions, Recognizer
+from streamasr.backends.options import EngineOption, complete
 from streamasr.bench.datasets import Utterance
 from streamasr.bench.report import setting_record, summarize
 from streamasr.bench.runner import (
@@ -53,98 +55,103 @@ def parse_int_list(text: str | None, option: str) -> list[int | None]:
     return values
 
 
-def parse_att_list(text: str | None) -> list[tuple[int, int] | None]:
-    """'70,1/70,13' -> [(70, 1), (70, 13)]; None -> [None] (the model's default)."""
-    from streamasr.mask import parse_att_context_size
-
-    if text is None or not text.strip():
-        return [None]
-    values: list[tuple[int, int] | None] = []
-    for part in text.split("/"):
-        value = parse_att_context_size(part)
-        if value in values:
-            raise UsageError(f"--att-context-size lists {value[0]},{value[1]} twice")
-        values.append(value)
-    return values
-
-
 @dataclass(frozen=True)
 class Setting:
     """One point of a sweep: what to load (picklable, for worker processes) and the engine
-    loaded from it in this process."""
+    loaded from it in this process. `own`: the backend's options for it, defaults filled in
+    (for the run record)."""
 
     name: str
     model: str | None
     backend: str | None
     engine: EngineOptions
     recognizer: Recognizer
+    own: Mapping[str, Any] = field(default_factory=dict)
 
 
-def setting_name(recognizer: Recognizer) -> str:
-    """`chunk 16` for an export, `att 70,13` for a look-ahead, else the backend's name."""
+def _sweepable(name: str) -> list[EngineOption]:
+    """Every installed backend's sweepable option called `name`."""
+    from streamasr.backends.registry import installed
+
+    found = (entry.option(name) for entry in installed())
+    return [option for option in found if option is not None and option.sweep]
+
+
+def swept_option(given: Mapping[str, object]) -> str | None:
+    """The one sweepable option among those given (None: no sweep); two are refused."""
+    swept = [name for name in given if _sweepable(name)]
+    if len(swept) > 1:
+        flags = " or ".join(_sweepable(name)[0].flag for name in swept)
+        raise UsageError(f"sweep one setting at a time: {flags}, not both")
+    return swept[0] if swept else None
+
+
+def sweep_values(
+    entry: BackendEntry, swept: str | None, given: Mapping[str, object]
+) -> list[Any]:
+    """The swept option's values, parsed by the backend that declares it (`16,32` -> [16, 32]);
+    [None] (the model's default) when nothing is swept."""
+    if swept is None:
+        return [None]
+    option = entry.option(swept)
+    if option is None or not option.sweep:  # refused by engine_options before this
+        raise UsageError(f"the {entry.name} backend cannot sweep --{swept.replace('_', '-')}")
+    return option.sweep_values(str(given[swept]))
+
+
+def setting_name(entry: BackendEntry, recognizer: Recognizer) -> str:
+    """`chunk 16` for an export, `att 70,13` for a look-ahead (as the backend labels its
+    sweepable option and reports its value), else the backend's name."""
     settings = recognizer.info.settings
-    if "chunk" in settings:
-        return f"chunk {settings['chunk']}"
-    if "att_context_size" in settings:
-        return f"att {settings['att_context_size']}"
+    for option in entry.options:
+        if option.sweep and option.name in settings:
+            return f"{option.label or option.name} {settings[option.name]}"
     return recognizer.info.backend
+
+
+def swept_records(settings: Sequence[Setting]) -> dict[str, list[Any]]:
+    """For the run record: each installed backend's sweepable option (`chunks`: [16, 32]),
+    as every setting's engine reports it (None where it has no such setting)."""
+    from streamasr.backends.registry import installed
+
+    record: dict[str, list[Any]] = {}
+    for entry in installed():
+        for option in entry.options:
+            if option.sweep and option.record and option.record not in record:
+                record[option.record] = [
+                    s.recognizer.info.settings.get(option.name) for s in settings
+                ]
+    return record
 
 
 def plan_settings(
     model: str | None,
     engine: EngineOptions,
-    chunks: Sequence[int | None] = (None,),
-    att_context_sizes: Sequence[tuple[int, int] | None] = (None,),
+    entry: BackendEntry,
+    swept: str | None = None,
+    values: Sequence[Any] = (None,),
     backend: str | None = None,
 ) -> list[Setting]:
     """Load every setting up front through the registry.
 
-    A chunk or look-ahead the model lacks raises ModelMismatchError listing those it has;
-    `--chunk` on a model without exports (NeMo) or `--att-context-size` on one without
-    trained look-aheads (sherpa-onnx) is a usage error.
+    A chunk or look-ahead the model lacks raises ModelMismatchError listing those it has.
     """
     from streamasr.backends.registry import load_recognizer
 
-    chunks, atts = list(chunks), list(att_context_sizes)
-    if chunks != [None] and atts != [None]:
-        raise UsageError("sweep either --chunk (sherpa-onnx exports) or --att-context-size "
-                         "(NeMo look-aheads), not both")
-    wanted: list[EngineOptions] = [
-        replace(engine, sherpa=replace(engine.sherpa, chunk=c)) for c in chunks if c is not None
-    ] + [
-        replace(engine, nemo=replace(engine.nemo, att_context_size=a))
-        for a in atts
-        if a is not None
-    ]
     settings = []
-    for options in wanted or [engine]:
+    for value in values:
+        own = dict(engine.own) if swept is None else {**engine.own, swept: value}
+        options = replace(engine, own=own)
         try:
             recognizer = load_recognizer(model, options, backend)
         except ModelMismatchError:
             raise
         except UsageError as exc:  # the loader refused a setting this model does not have
             raise ModelMismatchError(str(exc)) from exc
-        _check_kind(recognizer, chunks != [None], atts != [None])
-        settings.append(Setting(setting_name(recognizer), model, backend, options, recognizer))
+        name = setting_name(entry, recognizer)
+        full = complete(entry.options, own)
+        settings.append(Setting(name, model, backend, options, recognizer, full))
     return settings
-
-
-def _check_kind(recognizer: Recognizer, chunk: bool, att: bool) -> None:
-    """--chunk needs a backend with exports, --att-context-size one with look-aheads."""
-    info = recognizer.info
-    has_chunk, has_att = "chunk" in info.settings, "att_context_size" in info.settings
-    if chunk and not has_chunk:
-        hint = " (sweep its trained look-aheads with --att-context-size L,R/L,R)" if has_att else ""
-        raise UsageError(
-            f"--chunk selects a sherpa-onnx export; {info.model_name} is a {info.backend} "
-            f"model with no chunk setting{hint}"
-        )
-    if att and not has_att:
-        hint = " (sweep its exports with --chunk 16,32)" if has_chunk else ""
-        raise UsageError(
-            f"--att-context-size selects a NeMo model's trained look-ahead; "
-            f"{info.model_name} is a {info.backend} model without one{hint}"
-        )
 
 
 def run_setting(

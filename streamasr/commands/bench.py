@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,7 +11,6 @@ import typer
 
 from streamasr.bench.outdir import RECORDS_NAME
 from streamasr.commands.common import (
-    CHUNK_RANGE,
     EXIT_INTERRUPTED,
     VerboseOpt,
     check_number,
@@ -31,7 +30,7 @@ def register(app: typer.Typer) -> None:
     """Add the `bench` command."""
 
     @app.command("bench")
-    @with_model_options(skip=("chunk", "att_context_size"))
+    @with_model_options(sweep=True)
     def bench_command(
         dataset: Annotated[
             Path,
@@ -42,21 +41,6 @@ def register(app: typer.Typer) -> None:
             ),
         ],
         model_options: ModelOptions,
-        chunk: Annotated[
-            str | None,
-            typer.Option(
-                help="Chunk(s) in 50 Hz frames, comma-separated to sweep (16,32 = 320 and "
-                "640 ms). Each must exist as an export of the (sherpa-onnx) model."
-            ),
-        ] = None,
-        att_context_size: Annotated[
-            str | None,
-            typer.Option(
-                "--att-context-size",
-                help="NeMo models: trained look-ahead(s) LEFT,RIGHT, slash-separated to sweep "
-                "(70,0/70,1/70,6/70,13). Each must have been trained into the model.",
-            ),
-        ] = None,
         limit: Annotated[int | None, typer.Option(help="Use only the first N utterances.")] = None,
         audio_column: Annotated[
             str | None,
@@ -142,8 +126,6 @@ def register(app: typer.Typer) -> None:
         request = BenchRequest(
             dataset=dataset,
             model_options=model_options,
-            chunk=chunk,
-            att_context_size=att_context_size,
             limit=limit,
             audio_column=audio_column,
             text_column=text_column,
@@ -173,13 +155,11 @@ def register(app: typer.Typer) -> None:
 
 @dataclass(frozen=True)
 class BenchRequest:
-    """What `streamasr bench` was asked to do: the shared model options group, and the
-    settings to sweep (which the group leaves to bench)."""
+    """What `streamasr bench` was asked to do: the shared model options group (whose
+    sweepable engine option, if given, may hold several values) and bench's own."""
 
     dataset: Path
     model_options: ModelOptions = ModelOptions()
-    chunk: str | None = None  # "16,32"
-    att_context_size: str | None = None  # "70,1/70,13"
     limit: int | None = None
     audio_column: str | None = None  # TSV/CSV datasets; None = found by name
     text_column: str | None = None
@@ -196,15 +176,9 @@ class BenchRequest:
     def check(self) -> None:
         """Refuse impossible combinations before anything is loaded."""
         from streamasr.bench.metrics import METRICS
-        from streamasr.bench.sweep import parse_att_list, parse_int_list
+        from streamasr.bench.sweep import swept_option
 
-        for chunk in parse_int_list(self.chunk, "--chunk"):
-            check_number("--chunk", chunk, *CHUNK_RANGE, "50 Hz frames (16 = 320 ms)")
-        if parse_att_list(self.att_context_size) != [None] and self.chunk:
-            raise UsageError(
-                "sweep either --chunk (sherpa-onnx exports) or --att-context-size (NeMo "
-                "look-aheads), not both"
-            )
+        swept_option(self.model_options.engine)
         for n in self.stream_counts():
             check_number("--streams", n, 1, MAX_STREAMS, "(streams decoded in one batch)")
         if self.limit is not None and self.limit < 1:
@@ -239,17 +213,22 @@ class BenchRequest:
 
 def run_bench(request: BenchRequest) -> bool:
     """Validate everything, run every setting, write and show results; True on regression."""
-    from streamasr.backends.registry import choose_backend
     from streamasr.bench import report
     from streamasr.bench.datasets import load_dataset
     from streamasr.bench.metrics import info_metric
     from streamasr.bench.outdir import RecordLog, check_out
     from streamasr.bench.runner import RunOptions
-    from streamasr.bench.sweep import parse_att_list, parse_int_list, plan_settings, run_setting
+    from streamasr.bench.sweep import (
+        plan_settings,
+        run_setting,
+        sweep_values,
+        swept_option,
+        swept_records,
+    )
     from streamasr.bench.tables import TableColumns
     from streamasr.commands.options import (
         backend_and_device,
-        check_engine_fit,
+        chosen_backend,
         engine_options,
         stream_options,
         verify_model,
@@ -258,15 +237,12 @@ def run_bench(request: BenchRequest) -> bool:
     group = request.model_options
     request.check()
     stream = stream_options(group, paced=request.realtime)
-    engine = engine_options(group)
     backend, _ = backend_and_device(group)
-    chunks = parse_int_list(request.chunk, "--chunk")
-    atts = parse_att_list(request.att_context_size)
-    # --chunk on a NeMo model, --att-context-size on a sherpa-onnx one: refused before loading
-    check_engine_fit(
-        replace(group, chunk=chunks[0], att_context_size=request.att_context_size),
-        choose_backend(group.model, backend).name,
-    )
+    entry = chosen_backend(group)
+    swept = swept_option(group.engine)
+    # an option the backend does not declare (--chunk on a NeMo model): refused before loading
+    engine = engine_options(group, entry, skip=[swept] if swept else [])
+    values = sweep_values(entry, swept, group.engine)
     verify_model(group)
     from streamasr.commands.models import offer_download
 
@@ -277,7 +253,7 @@ def run_bench(request: BenchRequest) -> bool:
         require_matplotlib()
     rules = report.parse_fail_on(request.fail_on) if request.fail_on else []
     baseline = report.load_baseline(request.baseline) if request.baseline else None
-    settings = plan_settings(group.model, engine, chunks, atts, backend)
+    settings = plan_settings(group.model, engine, entry, swept, values, backend)
     if baseline is not None and rules:
         report.check_baseline_matches(baseline, [s.name for s in settings], str(request.baseline))
     columns = TableColumns(request.audio_column, request.text_column)
@@ -299,15 +275,12 @@ def run_bench(request: BenchRequest) -> bool:
             "backend": info.backend,
             "device": info.device,
             "settings": [s.name for s in settings],
-            "chunks": [s.recognizer.info.settings.get("chunk") for s in settings],
-            "att_context_sizes": [
-                s.recognizer.info.settings.get("att_context_size") for s in settings
-            ],
+            **swept_records(settings),
             "chunk_ms": [round(s.recognizer.info.chunk_s * 1000, 3) for s in settings],
             "lookahead_ms": [round(s.recognizer.info.lookahead_s * 1000, 3) for s in settings],
             "output_frame_ms": round(info.output_frame_s * 1000, 3),
             "threads": engine.threads,
-            "decoding_method": engine.decoding_method,
+            **{k: v for k, v in settings[0].own.items() if k != swept},
             "endpoint": asdict(stream.endpoint),
             "block_ms": group.block_ms,
             "tail_padding_s": group.tail_padding_s,

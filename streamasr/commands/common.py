@@ -16,6 +16,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from streamasr.backends.base import DEFAULT_THREADS, THREADS_MAX, check_threads
+from streamasr.backends.options import check_number
 from streamasr.errors import InputError, OutputError, ReaderGone, StreamAsrError, UsageError
 from streamasr.onset import OnsetOptions
 from streamasr.render import (
@@ -35,18 +37,11 @@ EXIT_INTERRUPTED = 130
 # Number ranges every command checks before it touches audio or a model. An upper bound is
 # where a value stops meaning anything (and a huge one would hang or eat memory), not a limit
 # on useful settings.
-THREADS_MAX = 64  # onnxruntime gains nothing past the cores of a large server; 100000 hangs
 BLOCK_MS_RANGE = (1.0, 60_000.0)  # a feed block from 1 ms to one minute
 TAIL_PADDING_RANGE = (0.0, 30.0)  # seconds of silence appended at the end of input
 RULE_S_RANGE = (0.01, 3600.0)  # endpoint rules, seconds
 CHUNK_RANGE = (1, 1024)  # 50 Hz frames: 20 ms to 20 s
-HOTWORDS_SCORE_RANGE = (0.0, 100.0)  # bonus per hotword token (log domain)
-
-#: Engine threads by default. Measured with the full-size en-2023-06-26 architecture on a
-#: 2-core machine (scripts/perf_report.py): one thread per engine is faster than two, per
-#: stream and for batches, and more engines (bench --workers) use more cores better than more
-#: threads per engine.
-DEFAULT_THREADS = 1
+__all__ = ["DEFAULT_THREADS", "THREADS_MAX", "check_number", "check_threads"]  # one of each
 
 FormatOpt = Annotated[
     str | None,
@@ -105,37 +100,10 @@ def onset_options(onset_dbfs: float | None) -> OnsetOptions:
     return OnsetOptions(threshold_dbfs=onset_dbfs)
 
 
-def check_number(
-    option: str,
-    value: float | None,
-    low: float,
-    high: float,
-    unit: str = "",
-    *,
-    low_open: bool = False,
-) -> None:
-    """Refuse NaN, infinities and values outside [low, high] (or (low, high]), naming both."""
-    if value is None:
-        return
-    inside = math.isfinite(value) and (value > low if low_open else value >= low) and value <= high
-    if not inside:
-        lower = "more than" if low_open else "from"
-        span = f"{lower} {low:g} to {high:g}" + (f" {unit}" if unit else "")
-        raise UsageError(f"{option} {value:g}: use a number {span}")
-
-
-def check_stream_numbers(
-    block_ms: float | None, tail_padding: float, chunk: int | None = None
-) -> None:
-    """The feed options shared by file, mic and bench."""
+def check_stream_numbers(block_ms: float | None, tail_padding: float) -> None:
+    """The feed options shared by file, mic and bench (an engine's own are checked by it)."""
     check_number("--block-ms", block_ms, *BLOCK_MS_RANGE, "ms")
     check_number("--tail-padding", tail_padding, *TAIL_PADDING_RANGE, "s")
-    check_number("--chunk", chunk, *CHUNK_RANGE, "50 Hz frames (16 = 320 ms)")
-
-
-def check_threads(threads: int, option: str = "--threads") -> None:
-    """Engine threads: at least one, at most THREADS_MAX."""
-    check_number(option, threads, 1, THREADS_MAX, f"(more than {THREADS_MAX} never helps)")
 
 
 def choose_format(fmt: str | None) -> str:

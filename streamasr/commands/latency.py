@@ -201,8 +201,7 @@ def _backend_budget(
     threads: int,
 ) -> LatencyBudget:
     """Load the model through the registry; derive from what it declares, then measure."""
-    from streamasr.backends.base import EngineOptions, NemoOptions
-    from streamasr.backends.registry import load_recognizer
+    from streamasr.backends.registry import choose_backend, engine_options, load_recognizer
 
     if chunk is not None:
         raise UsageError(
@@ -210,9 +209,14 @@ def _backend_budget(
             "itself (for NeMo choose a trained look-ahead with --att-context-size L,R)"
         )
     att = parse_att_context_size(att_context_size) if att_context_size is not None else None
-    options = EngineOptions(
-        threads=threads, device=device, nemo=NemoOptions(att_context_size=att, decoder=decoder)
-    )
+    given = {"att_context_size": att_context_size, "decoder": decoder}
+    entry = choose_backend(model, backend)
+    if att is not None and entry.option("att_context_size") is None:
+        raise UsageError(
+            f"--att-context-size chooses a NeMo model's trained look-ahead; the {entry.name} "
+            "backend has none"
+        )
+    options = engine_options(entry, given, threads=threads, device=device)
     recognizer = load_recognizer(model, options, backend)
     info = recognizer.info
     if att is not None and "att_context_size" not in info.settings:
@@ -282,14 +286,10 @@ def _model_budget(
         return budget
     if threads < 1:
         raise UsageError(f"--threads {threads}: use 1 or more")
-    from streamasr.backends.base import EngineOptions, SherpaOptions
-    from streamasr.backends.registry import load_recognizer
+    from streamasr.backends.registry import engine_options, find_backend, load_recognizer
 
-    options = EngineOptions(
-        threads=threads,
-        device=device,
-        sherpa=SherpaOptions(chunk=files.chunk, prefer_int8=not fp32),
-    )
+    given = {"chunk": files.chunk, "fp32": fp32}
+    options = engine_options(find_backend("sherpa-onnx"), given, threads=threads, device=device)
     recognizer = load_recognizer(str(files.directory), options, "sherpa-onnx")
     timing = measure_engine(recognizer, steps=MEASURE_STEPS)
     return with_measurement(budget, timing, threads)

@@ -2,21 +2,23 @@
 
 Typer has no option groups, so a command asks for the group with a decorator and takes one
 parameter, `model_options: ModelOptions`; the decorator adds the group's options (`--model`,
-`--backend`, `--gpu`, `--device`, `--chunk`, `--att-context-size`, `--decoder`,
-`--trust-model-config`, `--fp32`, `--threads`, `--decoding-method`, `--hotwords`,
-`--hotwords-score`, `--endpoint`, `--rule1/2/3`, `--block-ms`, `--tail-padding`,
-`--onset-dbfs`) to the command's signature where that parameter stands, and hands the
-command their values as one frozen dataclass:
+`--backend`, `--gpu`, `--device`, `--threads`, `--endpoint`, `--rule1/2/3`, `--block-ms`,
+`--tail-padding`, `--onset-dbfs`, and every option the installed backends declare, plus
+`--engine-option/-O NAME=VALUE` for any backend's) to the command's signature where that
+parameter stands, and hands the command their values as one frozen dataclass:
 
     @app.command("file")
     @with_model_options()
     def file_command(paths: ..., model_options: ModelOptions, fmt: FormatOpt = None) -> None:
         recognizer, stream_options = build(model_options, paced=realtime)
 
-A command that sweeps a setting itself (bench: `--chunk 16,32`) leaves that option out with
-`skip=("chunk",)` and declares its own; one whose `--device` means something else (mic: the
-input device) renames the compute device with `rename={"device": "--compute-device"}`.
-Each option's default and help text are written here once.
+The engine options come from the backend registry (built-in engines and installed plugins):
+their help names the backend that owns them, their values stay as typed until the chosen
+backend parses them (backends/options.py), and one the chosen backend does not declare is a
+usage error naming its owner. A command that sweeps (bench) asks for `sweep=True`: options a
+backend marks sweepable then take several values. One whose `--device` means something else
+(mic: the input device) renames the compute device with `rename={"device": "--compute-device"}`.
+Each neutral option's default and help text are written here once.
 """
 
 from __future__ import annotations
@@ -25,25 +27,24 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
 import typer
 
 from streamasr.backends.base import (
+    DEFAULT_THREADS,
+    BackendEntry,
     EndpointOptions,
     EngineOptions,
-    NemoOptions,
     Recognizer,
-    SherpaOptions,
+    check_device_name,
 )
+from streamasr.backends.options import EngineOption
 from streamasr.commands.common import (
-    DEFAULT_THREADS,
-    HOTWORDS_SCORE_RANGE,
     RULE_S_RANGE,
     check_number,
     check_stream_numbers,
-    check_threads,
     err_console,
     onset_options,
 )
@@ -53,7 +54,6 @@ from streamasr.vad import vad_options
 
 log = logging.getLogger("streamasr")
 
-DECODERS = ("rnnt", "ctc")
 GPU_BACKEND = "nemo"
 GPU_DEVICE = "cuda"
 
@@ -66,15 +66,10 @@ class ModelOptions:
     backend: str | None = None
     gpu: bool = False
     device: str | None = None  # None: cpu, or cuda with --gpu
-    chunk: int | None = None
-    att_context_size: str | None = None  # "L,R" as typed; parsed by att_context()
-    decoder: str | None = None
-    trust_model_config: bool = False
-    fp32: bool = False
     threads: int = DEFAULT_THREADS
-    decoding_method: str = "greedy_search"
-    hotwords: str | None = None
-    hotwords_score: float = 1.5
+    # the backends' own options that were given: name -> value as typed (or a switch's True);
+    # the chosen backend parses them (registry.engine_options)
+    engine: Mapping[str, object] = field(default_factory=dict)
     endpoint: bool = True
     rule1_s: float = 2.4
     rule2_s: float = 1.2
@@ -119,38 +114,11 @@ _SPECS: tuple[_Spec, ...] = (
         "Compute device of the engine: cpu, cuda or cuda:N (NeMo). Default cpu, cuda with --gpu.",
     ),
     _Spec(
-        "chunk", int | None, ("--chunk",),
-        "Chunk in 50 Hz frames (16 = 320 ms). Selects the model export with that chunk; "
-        "a chunk the model has no export for is a usage error (exit 2). For NeMo models use "
-        "--att-context-size.",
-    ),
-    _Spec(
-        "att_context_size", str | None, ("--att-context-size",),
-        "NeMo look-ahead L,R among those the model was trained with (70,1 = 160 ms chunk, "
-        "80 ms look-ahead); default the model's first. sherpa-onnx models: use --chunk.",
-    ),
-    _Spec(
-        "decoder", str | None, ("--decoder",),
-        "rnnt or ctc: which head of a hybrid NeMo model decodes (default the model's own).",
-    ),
-    _Spec(
-        "trust_model_config", bool, ("--trust-model-config",),
-        "NeMo: load a .nemo whose config names classes outside streamasr's list of "
-        "FastConformer parts. This runs code from the file: only for files you trust.",
-    ),
-    _Spec("fp32", bool, ("--fp32",), "Use fp32 ONNX files even if int8 exist."),
-    _Spec(
         "threads", int, ("--threads",),
         "CPU threads for the engine. Default 1: on a 2-core machine 2 threads were "
         "1.4-1.8x slower than 1 for the full-size model and used ~3x the CPU; to use more "
         "cores run more streams (bench --workers N, --streams N) rather than more threads.",
     ),
-    _Spec("decoding_method", str, ("--decoding-method",), "greedy_search or modified_beam_search."),
-    _Spec(
-        "hotwords", str | None, ("--hotwords",),
-        "File of hotwords, one per line (needs modified_beam_search).",
-    ),
-    _Spec("hotwords_score", float, ("--hotwords-score",), "Bonus per hotword token."),
     _Spec(
         "endpoint", bool, ("--endpoint/--no-endpoint",),
         "Cut the stream into utterances at silences (endpoint rules).",
@@ -202,24 +170,101 @@ _SPECS: tuple[_Spec, ...] = (
 _DEFAULTS = ModelOptions()
 GROUP_FIELDS = tuple(spec.field for spec in _SPECS)
 _PARAM = "model_options"
+_GENERIC = "engine_option"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+@dataclass(frozen=True)
+class _Declared:
+    """One engine option name on the command line, and every installed backend declaring it."""
+
+    option: EngineOption
+    owners: tuple[str, ...]
+
+
+def declared_options() -> list[_Declared]:
+    """The engine options of every installed backend, one per name, in the order declared
+    (a later backend's option of the same name but another form is reachable with -O)."""
+    from streamasr.backends.registry import installed
+
+    found: dict[str, _Declared] = {}
+    for entry in installed():
+        for option in entry.options:
+            seen = found.get(option.name)
+            if seen is None:
+                found[option.name] = _Declared(option, (entry.name,))
+            elif seen.option.switch == option.switch:
+                found[option.name] = _Declared(seen.option, (*seen.owners, entry.name))
+    return list(found.values())
+
+
+def _engine_parameter(name: str, declared: _Declared, sweep: bool) -> inspect.Parameter:
+    option = declared.option
+    owners = ", ".join(declared.owners)
+    helptext = f"{owners}: {option.help}"
+    if sweep and option.sweep:
+        helptext += f" Several, separated by {option.sweep!r}, are swept (one run each)."
+    from rich.markup import escape
+
+    if option.switch:
+        kind: Any = bool
+        default: Any = False
+        decls: tuple[str, ...] = (option.flag,)
+    else:
+        kind, default, decls = str | None, None, (option.flag,)
+    metavar = option.metavar if option.metavar and not option.switch else None
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=default,
+        annotation=Annotated[kind, typer.Option(*decls, help=escape(helptext), metavar=metavar)],
+    )
+
+
+def _generic_parameter() -> inspect.Parameter:
+    return inspect.Parameter(
+        _GENERIC,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[
+            list[str] | None,
+            typer.Option(
+                "--engine-option", "-O", metavar="NAME=VALUE",
+                help="An option of the chosen backend by name (repeatable), for a backend "
+                "loaded with --backend module:ATTRIBUTE whose options are not listed here.",
+            ),
+        ],
+    )
+
+
+def engine_values(named: Mapping[str, object], generic: Iterable[str] | None) -> dict[str, object]:
+    """The engine options given: named flags (a switch only when on) and -O NAME=VALUE."""
+    values = {k: v for k, v in named.items() if v is not None and v is not False}
+    for item in generic or ():
+        name, sep, value = item.partition("=")
+        key = name.strip().lstrip("-").replace("-", "_")
+        if not sep or not key:
+            raise UsageError(f"--engine-option {item!r}: write it as NAME=VALUE (e.g. chunk=16)")
+        if key in values:
+            raise UsageError(f"--engine-option {item!r}: {key} is given twice")
+        values[key] = value
+    return values
+
+
 def with_model_options(
-    *, skip: Iterable[str] = (), rename: Mapping[str, str] | None = None
+    *, sweep: bool = False, rename: Mapping[str, str] | None = None
 ) -> Callable[[F], F]:
     """Add the group's options where the command's `model_options` parameter stands.
 
-    `skip`: fields the command declares itself (they keep ModelOptions' defaults).
+    `sweep`: options a backend marks sweepable take several values (bench).
     `rename`: field -> option name, for a command where the usual name means something else.
     """
-    skipped = set(skip)
     renamed = dict(rename or {})
-    unknown = (skipped | set(renamed)) - set(GROUP_FIELDS)
+    unknown = set(renamed) - set(GROUP_FIELDS)
     if unknown:
         raise ValueError(f"not in the model options group: {sorted(unknown)}")
-    specs = [spec for spec in _SPECS if spec.field not in skipped]
+    specs = list(_SPECS)
 
     def decorate(command: F) -> F:
         signature = inspect.signature(command, eval_str=True)
@@ -239,6 +284,14 @@ def with_model_options(
                 )
             )
         names = {param.name: spec.field for param, spec in zip(group, specs, strict=True)}
+        engine_names: dict[str, str] = {}
+        for declared in declared_options():
+            if declared.option.flag in {d for s in specs for d in s.decls}:
+                continue  # a neutral option's name is not an engine's to take
+            name = f"engine_{declared.option.name}"
+            engine_names[name] = declared.option.name
+            group.append(_engine_parameter(name, declared, sweep))
+        group.append(_generic_parameter())
         params: list[inspect.Parameter] = []
         for param in signature.parameters.values():
             if param.name == _PARAM:
@@ -249,9 +302,12 @@ def with_model_options(
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:
             values = {field: kwargs.pop(name) for name, field in names.items()}
+            named = {option: kwargs.pop(name) for name, option in engine_names.items()}
+            engine = engine_values(named, kwargs.pop(_GENERIC))
             # a command's --quiet (captions only) also hides the demo-model hint
             hint = not kwargs.get("quiet", False)
-            kwargs[_PARAM] = with_user_defaults(ModelOptions(**values), hint=hint)
+            group_options = ModelOptions(**values, engine=engine)
+            kwargs[_PARAM] = with_user_defaults(group_options, hint=hint)
             return command(**kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
@@ -261,25 +317,18 @@ def with_model_options(
     return decorate
 
 
-def att_context(text: str | None) -> tuple[int, int] | None:
-    """`--att-context-size L,R` as two whole numbers (None when not given)."""
-    if text is None:
-        return None
-    parts = text.replace(" ", "").split(",")
-    try:
-        left, right = (int(part) for part in parts)
-    except ValueError:
-        raise UsageError(
-            f"--att-context-size {text!r}: give two whole numbers L,R (e.g. 70,1: 70 frames of "
-            "left context, 1 frame of look-ahead)"
-        ) from None
-    if left < 0 or right < 0:
-        raise UsageError(f"--att-context-size {text}: L and R cannot be negative")
-    return left, right
-
-
 def backend_and_device(options: ModelOptions) -> tuple[str | None, str]:
-    """--gpu, --backend and --device as one backend name (None: chosen by the model) and device."""
+    """--gpu, --backend and --device as one backend name (None: chosen by the model) and device;
+    a CUDA device must be there."""
+    backend, device = _backend_and_device_names(options)
+    if device != "cpu":  # asked of the driver, before torch or NeMo is imported
+        from streamasr.cuda import require_cuda_device
+
+        require_cuda_device(device)
+    return backend, device
+
+
+def _backend_and_device_names(options: ModelOptions) -> tuple[str | None, str]:
     backend, device = options.backend, options.device
     if options.gpu:
         if backend is not None and backend != GPU_BACKEND:
@@ -290,42 +339,37 @@ def backend_and_device(options: ModelOptions) -> tuple[str | None, str]:
             raise UsageError(f"--gpu runs on CUDA, not on {device}: drop one of the two")
         backend, device = GPU_BACKEND, device or GPU_DEVICE
     device = device or "cpu"
-    if device != "cpu" and device != "cuda" and not _cuda_index(device):
-        raise UsageError(f"compute device {device!r} is not known; use cpu, cuda or cuda:N")
-    if device != "cpu":  # asked of the driver, before torch or NeMo is imported
-        from streamasr.cuda import require_cuda_device
-
-        require_cuda_device(device)
+    check_device_name(device)
     return backend, device
 
 
-def _cuda_index(device: str) -> bool:
-    prefix, _, index = device.partition(":")
-    return prefix == "cuda" and index.isdigit()
+def chosen_backend(options: ModelOptions) -> BackendEntry:
+    """The backend that will run: --backend/--gpu, else the one that recognises the model."""
+    from streamasr.backends.registry import choose_backend
+
+    backend, _ = _backend_and_device_names(options)
+    return choose_backend(options.model, backend)
 
 
-def engine_options(options: ModelOptions) -> EngineOptions:
-    """The engine settings the group asks for, range-checked before anything loads."""
-    check_threads(options.threads)
-    check_number("--hotwords-score", options.hotwords_score, *HOTWORDS_SCORE_RANGE)
-    if options.decoder is not None and options.decoder not in DECODERS:
-        raise UsageError(f"--decoder {options.decoder!r}: use one of: {', '.join(DECODERS)}")
-    _, device = backend_and_device(options)
-    return EngineOptions(
-        threads=options.threads,
-        device=device,
-        decoding_method=options.decoding_method,
-        hotwords_file=options.hotwords or "",
-        hotwords_score=options.hotwords_score,
-        sherpa=SherpaOptions(chunk=options.chunk, prefer_int8=not options.fp32),
-        nemo=NemoOptions(att_context_size=att_context(options.att_context_size),
-                         decoder=options.decoder, trust_config=options.trust_model_config),
-    )
+def engine_options(
+    options: ModelOptions, entry: BackendEntry | None = None, skip: Iterable[str] = ()
+) -> EngineOptions:
+    """The engine settings the group asks for, parsed and range-checked by the chosen backend
+    (refused, naming their owner, when it does not declare them), before anything loads.
+    `skip`: options the caller handles itself (a bench sweep)."""
+    from streamasr.backends.registry import engine_options as parse
+
+    _, device = _backend_and_device_names(options)
+    entry = entry or chosen_backend(options)
+    given = {k: v for k, v in options.engine.items() if k not in set(skip)}
+    engine = parse(entry, given, threads=options.threads, device=device)
+    backend_and_device(options)  # then whether CUDA is there
+    return engine
 
 
 def stream_options(options: ModelOptions, *, paced: bool) -> StreamOptions:
     """How audio is fed and cut: block, tail padding, onset and the endpoint rules."""
-    check_stream_numbers(options.block_ms, options.tail_padding_s, options.chunk)
+    check_stream_numbers(options.block_ms, options.tail_padding_s)
     for name, value in (
         ("--rule1", options.rule1_s), ("--rule2", options.rule2_s), ("--rule3", options.rule3_s)
     ):
@@ -346,33 +390,10 @@ def stream_options(options: ModelOptions, *, paced: bool) -> StreamOptions:
 
 
 def check_engine_fit(options: ModelOptions, backend_name: str) -> None:
-    """Refuse a setting of one engine given to the other, naming the equivalent."""
-    if backend_name == "sherpa-onnx":
-        if options.att_context_size is not None:
-            raise UsageError(
-                "--att-context-size is for NeMo models; for this sherpa-onnx model the "
-                "equivalent is --chunk (e.g. --chunk 16 = 320 ms)"
-            )
-        if options.decoder is not None:
-            raise UsageError(
-                "--decoder chooses a head of a hybrid NeMo model; this is a sherpa-onnx model"
-            )
-        if options.trust_model_config:
-            raise UsageError(
-                "--trust-model-config is for NeMo .nemo files; a sherpa-onnx model names no "
-                "code to trust, so drop it"
-            )
-    if backend_name == "nemo":
-        if options.chunk is not None:
-            raise UsageError(
-                "--chunk selects a sherpa-onnx export; for this NeMo model the equivalent is "
-                "--att-context-size L,R (chunk R+1 frames of 80 ms)"
-            )
-        if options.hotwords or options.decoding_method != "greedy_search":
-            raise UsageError(
-                "the NeMo backend decodes with greedy search only; drop --hotwords and "
-                "--decoding-method (they are for sherpa-onnx transducers)"
-            )
+    """Refuse an option the named backend does not declare, naming the one that does."""
+    from streamasr.backends.registry import find_backend
+
+    engine_options(options, find_backend(backend_name))
 
 
 def with_user_defaults(options: ModelOptions, hint: bool = True) -> ModelOptions:
@@ -409,23 +430,17 @@ def verify_model(options: ModelOptions) -> None:
 def check_model_options(options: ModelOptions, *, paced: bool) -> None:
     """Every check build() makes before loading (ranges, combinations, the engine's fit,
     CUDA), for commands that have more to check before the load (mic's device)."""
-    from streamasr.backends.registry import choose_backend
-
     stream_options(options, paced=paced)
     engine_options(options)
-    backend, _ = backend_and_device(options)
-    check_engine_fit(options, choose_backend(options.model, backend).name)
 
 
 def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOptions]:
     """Check every option before any audio is touched, then load the model via the registry."""
-    from streamasr.backends.registry import choose_backend, load_recognizer
+    from streamasr.backends.registry import load_recognizer
 
     feed = stream_options(options, paced=paced)
-    engine = engine_options(options)
     backend, _ = backend_and_device(options)
-    entry = choose_backend(options.model, backend)
-    check_engine_fit(options, entry.name)
+    engine = engine_options(options)
     verify_model(options)
     from streamasr.commands.models import offer_download
 

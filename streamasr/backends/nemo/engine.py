@@ -1,7 +1,7 @@
 """NVIDIA NeMo cache-aware FastConformer behind the Recognizer protocol (CUDA or CPU).
 
 True streaming, the way a microphone must work: mel features are computed per feed block
-(nemo_features.py), the encoder consumes one chunk of `R + 1` output frames per step with its
+(features.py), the encoder consumes one chunk of `R + 1` output frames per step with its
 pre-encode cache and its three caches (`cache_last_channel`, `cache_last_time`,
 `cache_last_channel_len`) carried between steps, and the greedy RNNT or CTC decoder carries
 its state across chunks. For a model trained with chunked_limited attention and causal
@@ -13,23 +13,25 @@ torch and nemo are imported inside functions: `import streamasr` must not need t
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from streamasr.backends.base import BackendInfo, EngineOptions, Hypothesis, RecognizerStream
-from streamasr.backends.nemo.features import IncrementalMel
-from streamasr.cuda import GPU_INSTALL as GPU_EXTRA
-from streamasr.errors import DependencyError, ModelError, UsageError
-from streamasr.resample import StreamResampler
+from streamasr.backends.base import BackendInfo, RecognizerStream
+from streamasr.backends.nemo.loading import (
+    check_device,
+    import_torch,
+    load_model,
+    quiet_nemo,
+    require_nemo,
+)
+from streamasr.backends.nemo.stream import SAMPLE_RATE, ChunkPlan, NemoStream
+from streamasr.errors import ModelError, UsageError
 
 log = logging.getLogger("streamasr")
-
-SAMPLE_RATE = 16000
 
 EOU_PIECES = ("<EOU>", "<eou>")
 
@@ -41,115 +43,6 @@ class OfflineResult:
     encoder_frames: np.ndarray  # (frames, d_model) float32
     token_ids: tuple[int, ...]
     token_frames: tuple[int, ...]  # encoder output frame of each token
-
-
-@dataclass(frozen=True)
-class ChunkPlan:
-    """Which feature frames one encoder step reads, and how many outputs it drops."""
-
-    start: int  # first feature frame given to the pre-encoder (includes its cache)
-    end: int  # one past the last feature frame
-    drop: int  # pre-encoded frames already emitted by earlier steps
-    new_frames: int  # encoder output frames this step adds
-
-
-def import_torch():
-    """torch, or a DependencyError naming the extra that brings it."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise DependencyError(
-            f"the NeMo backend needs torch and nemo_toolkit, which are not installed; "
-            f"run: {GPU_EXTRA}"
-        ) from exc
-    return torch
-
-
-def check_device(device: str) -> str:
-    """'cpu', 'cuda' or 'cuda:N'; CUDA must really be there."""
-    if device != "cpu" and not (device == "cuda" or device.startswith("cuda:")):
-        raise UsageError(f"--device {device!r} is not a device; use cpu, cuda or cuda:N")
-    torch = import_torch()
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise DependencyError(
-                f"CUDA is not available (torch {torch.__version__} "
-                f"{'has no CUDA build' if torch.version.cuda is None else 'finds no GPU'}); "
-                "use --device cpu, or on an NVIDIA machine install a CUDA torch and "
-                f"{GPU_EXTRA}"
-            )
-        index = int(device.split(":")[1]) if ":" in device else 0
-        if index >= torch.cuda.device_count():
-            raise UsageError(
-                f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here"
-            )
-    return device
-
-
-@contextlib.contextmanager
-def quiet_nemo() -> Iterator[None]:
-    """NeMo logs every config detail at INFO level; keep only its errors while loading."""
-    from nemo.utils import logging as nemo_logging
-
-    level = nemo_logging.getEffectiveLevel()
-    nemo_logging.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        nemo_logging.setLevel(level)
-
-
-def import_nemo_asr():
-    """nemo.collections.asr, or a DependencyError with the install line."""
-    # its telemetry stub announces at import that it is disabled; nothing for a user to act on
-    logging.getLogger("nv_one_logger").setLevel(logging.ERROR)
-    try:
-        with contextlib.redirect_stdout(None):
-            import nemo.collections.asr as nemo_asr
-    except ImportError as exc:
-        raise DependencyError(
-            f"the NeMo backend needs nemo_toolkit[asr], which is not installed "
-            f"({exc.name or exc}); run: {GPU_EXTRA}"
-        ) from exc
-    return nemo_asr
-
-
-def require_nemo() -> None:
-    """A missing NeMo is said before anything about the model; importing it (~9 s) waits
-    until the model file has been checked."""
-    import importlib.util
-
-    if importlib.util.find_spec("nemo") is None:
-        import_nemo_asr()
-
-
-_LOADED: dict[tuple[str, str, int, bool], object] = {}
-
-
-def load_model(torch, path: Path, device: str, trust_config: bool = False):
-    """Restore a .nemo once per (file, device); recognizers at other look-aheads share it.
-
-    The archive is unpacked and its config checked before NeMo is imported (nemo_archive.py
-    says why); `trust_config` lets in classes outside the allowlist, with a warning.
-    """
-    from streamasr.backends.nemo import archive as nemo_archive
-
-    key = (str(path.resolve()), device, path.stat().st_mtime_ns, trust_config)
-    if key not in _LOADED:
-        with nemo_archive.opened(path, trust_config) as vetted:
-            nemo_asr = import_nemo_asr()
-            try:
-                with quiet_nemo():
-                    _LOADED[key] = nemo_archive.restore(nemo_asr, torch, vetted, device)
-            except ModelError:
-                raise
-            except Exception as exc:  # NeMo raises many types for a bad archive
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                raise ModelError(
-                    f"NeMo could not load {path}: {first}. "
-                    "Check that it is a complete .nemo file"
-                ) from exc
-    return _LOADED[key]
 
 
 def format_context(att_context_size: Sequence[int]) -> str:
@@ -497,213 +390,3 @@ class NemoRecognizer:
         """Detokenised text of token ids (end-of-utterance marks left out)."""
         kept = [i for i in ids if i not in self.eou_ids]
         return self.tokenizer.ids_to_text(kept).strip() if kept else ""
-
-
-class NemoStream:
-    """One audio stream: resampler, incremental features, encoder caches, decoder state."""
-
-    def __init__(self, recognizer: NemoRecognizer, keep_encoder_output: bool = False) -> None:
-        import torch
-
-        self.rec = recognizer
-        self._mel = IncrementalMel(
-            recognizer.model.preprocessor, recognizer.device, recognizer.hop, recognizer.n_fft
-        )
-        self._feats = torch.zeros((80, 0), device=recognizer.device)
-        self._feat_base = 0  # absolute index of self._feats[:, 0]
-        self._consumed = 0  # feature frames read by encoder steps so far
-        self._emitted = 0  # encoder output frames so far
-        self._finished = False
-        self._resampler: StreamResampler | None = None  # once a non-16 kHz block arrives
-        cache = recognizer.encoder.get_initial_cache_state(
-            batch_size=1, device=torch.device(recognizer.device)
-        )
-        self.cache = (cache[0], cache[1], cache[2])
-        self._dec_state = recognizer.initial_decoder_state()
-        self._ids: list[int] = []
-        self._frames: list[int] = []
-        self._segment_start_frame = 0
-        self._eou = False
-        self.keep_encoder_output = keep_encoder_output
-        self.encoder_output: list[np.ndarray] = []
-
-    # ----- audio in -----
-
-    def accept(self, sample_rate: int, samples: np.ndarray) -> None:
-        """Buffer mono float32 audio at any rate; one streaming resampler per stream."""
-        if self._finished:
-            return
-        samples = np.asarray(samples, np.float32)
-        if sample_rate != SAMPLE_RATE:
-            if self._resampler is None or self._resampler.from_hz != sample_rate:
-                log.debug("resampling %d Hz input to %d Hz", sample_rate, SAMPLE_RATE)
-                self._resampler = StreamResampler(sample_rate, SAMPLE_RATE)
-            samples = self._resampler(samples)
-        self._mel.accept(samples)
-        self._pull_features()
-
-    def input_finished(self) -> None:
-        """No more audio: flush the resampler; the last partial chunk becomes ready."""
-        if self._finished:
-            return
-        if self._resampler is not None:
-            self._mel.accept(self._resampler.flush())
-        self._mel.finish()
-        self._pull_features()
-        self._finished = True
-
-    def _pull_features(self) -> None:
-        import torch
-
-        new = self._mel.pull()
-        if new is not None:
-            self._feats = torch.cat([self._feats, new], dim=1)
-
-    # ----- encoder steps -----
-
-    def plan(self) -> ChunkPlan | None:
-        """The next encoder step, or None while too little audio is buffered."""
-        rec = self.rec
-        available = self._feat_base + self._feats.shape[1]
-        need = rec.first_chunk_feats if self._consumed == 0 else rec.next_chunk_feats
-        while True:
-            if available - self._consumed >= need:
-                end = self._consumed + need
-            elif self._finished and available > self._consumed:
-                end = available
-            else:
-                return None
-            new_frames = rec.out_frames(end) - self._emitted
-            if new_frames > 0:
-                break
-            self._consumed = end  # a tail too short to make an output frame
-        start = max(0, self._consumed - rec.pre_cache_feats)
-        drop = rec.out_frames(end - start) - new_frames
-        return ChunkPlan(start=start, end=end, drop=drop, new_frames=new_frames)
-
-    def features(self, plan: ChunkPlan):
-        """(80, end - start) features of a plan."""
-        return self._feats[:, plan.start - self._feat_base : plan.end - self._feat_base]
-
-    def advance(self, plan: ChunkPlan, frames) -> None:
-        """Record one step's encoder frames (frames, d_model) and decode them."""
-        rec = self.rec
-        if self.keep_encoder_output:
-            self.encoder_output.append(frames.float().cpu().numpy())
-        ids, at, self._dec_state = rec.greedy(frames, self._emitted, self._dec_state)
-        self._ids.extend(ids)
-        self._frames.extend(at)
-        if rec.eou_ids and any(i in rec.eou_ids for i in ids):
-            self._eou = True
-        self._consumed = plan.end
-        self._emitted += plan.new_frames
-        keep_from = max(0, self._consumed - rec.pre_cache_feats)
-        if keep_from > self._feat_base:
-            self._feats = self._feats[:, keep_from - self._feat_base :]
-            self._feat_base = keep_from
-
-    def decode_step(self) -> bool:
-        """Run one encoder chunk if enough audio is buffered; False when nothing ran."""
-        return self.rec.decode_batch([self])[0]
-
-    # ----- results -----
-
-    def token_ids(self) -> tuple[int, ...]:
-        """Token ids of the open segment."""
-        return tuple(self._ids)
-
-    def text(self) -> str:
-        """Current text of the open segment."""
-        return self.rec.text_of(self._ids)
-
-    def hypothesis(self) -> Hypothesis:
-        """Text, BPE pieces and absolute token times (start of their 80 ms frame)."""
-        frame_s = self.rec.frame_s
-        return Hypothesis(
-            text=self.text(),
-            tokens=tuple(self.rec.pieces[i] for i in self._ids),
-            token_times_s=tuple(round(f * frame_s, 3) for f in self._frames),
-            segment_start_s=round(self._segment_start_frame * frame_s, 3),
-            end_of_utterance=self._eou,
-            # the first chunk is shorter than the rest: the endpointer needs what was decoded
-            segment_decoded_s=round((self._emitted - self._segment_start_frame) * frame_s, 6),
-        )
-
-    def reset(self) -> None:
-        """Start a new segment; audio, features, encoder caches and decoder state carry on."""
-        self._ids = []
-        self._frames = []
-        self._segment_start_frame = self._emitted
-        self._eou = False
-
-
-#: what `--gpu` / `--backend nemo` run without --model: NVIDIA's released hybrid model with
-#: four trained look-aheads, once pulled (`streamasr models pull nemo-fastconformer-multi`)
-DEFAULT_MODEL = "stt_en_fastconformer_hybrid_large_streaming_multi"
-
-
-def resolve_model(model: str | None) -> Path:
-    """A .nemo file, a folder holding exactly one (as the model store installs them), or a
-    catalog or pulled name; without one, the default released model if it was pulled."""
-    from streamasr.distribution import cache, catalog, manifest
-
-    model = model or DEFAULT_MODEL
-    path = Path(model)
-    if not path.exists():
-        if catalog.find(model) is not None or cache.find_cached(model) is not None:
-            path = cache.require_cached(model)  # a pulled .nemo lives in its own folder
-    manifest.check_model_path(path)  # a pulled model whose files changed is refused
-    if path.is_dir():
-        found = sorted(path.glob("*.nemo"))
-        if len(found) != 1:
-            raise ModelError(
-                f"{path} holds {len(found)} .nemo files; give the one to use as --model"
-            )
-        return found[0]
-    if not path.is_file():
-        raise ModelError(f"NeMo model {model} does not exist; give a .nemo file or its folder")
-    return path
-
-
-def _load(model: str | None, options: EngineOptions) -> NemoRecognizer:
-    """The registry's loader: EngineOptions -> NemoRecognizer."""
-    nemo_options = getattr(options, "nemo", None)
-    device = getattr(options, "device", "cpu")
-    check_device(device)  # a missing CUDA or NeMo is said before anything about the model
-    return NemoRecognizer(
-        resolve_model(model),
-        device=device,
-        att_context_size=getattr(nemo_options, "att_context_size", None),
-        decoder=getattr(nemo_options, "decoder", None),
-        threads=options.threads if device == "cpu" else None,
-        trust_config=bool(getattr(nemo_options, "trust_config", False)),
-    )
-
-
-def _recognises(model: str | None) -> bool:
-    """File names only (no engine import): a .nemo file, or a folder holding one."""
-    if not model:
-        return False
-    path = Path(model)
-    if not path.exists():
-        from streamasr.distribution import cache
-
-        path = cache.find_cached(model) or path  # a .nemo pulled under a name of its own
-    return path.suffix == ".nemo" or (path.is_dir() and any(path.glob("*.nemo")))
-
-
-def __getattr__(name: str):
-    """`BACKEND`, the registry's entry for this engine, built on first use (the registry
-    imports this module, so the entry cannot be built at import time)."""
-    if name == "BACKEND":
-        from streamasr.backends.registry import BackendEntry
-
-        entry = BackendEntry(
-            name="nemo",
-            summary="NVIDIA NeMo cache-aware FastConformer (.nemo), CUDA or CPU",
-            recognises=_recognises,
-            load=_load,
-        )
-        globals()["BACKEND"] = entry
-        return entry
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,13 +13,13 @@ from typing import Any  # sherpa_onnx's bindings carry no type information
 import numpy as np
 
 from streamasr.backends.base import (
-    BackendEntry,
     BackendInfo,
     EngineOptions,
     Hypothesis,
     RecognizerStream,
 )
 from streamasr.backends.sherpa.modeldir import ModelFiles
+from streamasr.backends.sherpa.options import MAX_ACTIVE_PATHS, SherpaSettings
 from streamasr.errors import ModelError, UsageError
 from streamasr.tokens import (
     AssembledText,
@@ -32,31 +32,23 @@ from streamasr.tokens import (
 
 log = logging.getLogger("streamasr")
 
-DECODING_METHODS = ("greedy_search", "modified_beam_search")
 ENGINE_SAMPLE_RATE = 16000
 OUTPUT_FRAME_S = 0.04  # streaming Zipformer output rate: 25 Hz
-NAME = "sherpa-onnx"
+NAME = "sherpa-onnx"  # as in entry.py, which the registry imports without this module
 
 
-def check_engine_options(options: EngineOptions, kind: str) -> None:
+def check_engine_options(own: SherpaSettings, kind: str) -> None:
     """Refuse combinations the engine would silently ignore."""
-    if options.decoding_method not in DECODING_METHODS:
-        raise UsageError(
-            f"--decoding-method {options.decoding_method!r} is not supported; "
-            f"use one of: {', '.join(DECODING_METHODS)}"
-        )
-    if options.hotwords_file:
-        if options.decoding_method != "modified_beam_search":
+    if own.hotwords:
+        if own.decoding_method != "modified_beam_search":
             raise UsageError(
                 "--hotwords only works with --decoding-method modified_beam_search "
                 "(greedy search ignores them); add --decoding-method modified_beam_search"
             )
         if kind != "transducer":
             raise UsageError("--hotwords needs a transducer model; this model is CTC")
-        if not Path(options.hotwords_file).is_file():
-            raise UsageError(f"--hotwords file {options.hotwords_file} does not exist")
-    if options.threads < 1:
-        raise UsageError(f"--threads must be at least 1, got {options.threads}")
+        if not Path(own.hotwords).is_file():
+            raise UsageError(f"--hotwords file {own.hotwords} does not exist")
 
 
 @contextlib.contextmanager
@@ -85,13 +77,15 @@ class SherpaRecognizer:
     """A loaded sherpa-onnx streaming model."""
 
     def __init__(self, files: ModelFiles, options: EngineOptions) -> None:
-        check_engine_options(options, files.kind)
+        own = SherpaSettings.of(options)
+        check_engine_options(own, files.kind)
         self.files = files
         self.options = options
+        self.own = own
         self.vocabulary = read_vocabulary(files.tokens)
         with contextlib.ExitStack() as stack:
             hotword_setup: dict[str, object] = {}
-            if options.hotwords_file and files.kind == "transducer":
+            if own.hotwords and files.kind == "transducer":
                 from streamasr.backends.sherpa.hotwords import (
                     HOTWORD_MIN_ACTIVE_PATHS,
                     engine_hotword_options,
@@ -100,34 +94,34 @@ class SherpaRecognizer:
                 hotword_setup = dict(
                     stack.enter_context(
                         engine_hotword_options(
-                            Path(options.hotwords_file), self.vocabulary, files.directory
+                            Path(own.hotwords), self.vocabulary, files.directory
                         )
                     )
                 )
                 hotword_setup["max_active_paths"] = max(
-                    options.max_active_paths, HOTWORD_MIN_ACTIVE_PATHS
+                    MAX_ACTIVE_PATHS, HOTWORD_MIN_ACTIVE_PATHS
                 )
-            self.engine = self._load(files, options, hotword_setup)
+            self.engine = self._load(files, options.threads, own, hotword_setup)
 
     @staticmethod
-    def _load(files: ModelFiles, options: EngineOptions, hotword_setup: dict) -> Any:
+    def _load(files: ModelFiles, threads: int, own: SherpaSettings, hotword_setup: dict) -> Any:
         import sherpa_onnx
 
         common = dict(
             tokens=str(files.tokens),
-            num_threads=options.threads,
+            num_threads=threads,
             sample_rate=ENGINE_SAMPLE_RATE,
             feature_dim=80,
             # endpointing is the core's (streamasr/endpointing.py), the same for every engine
             enable_endpoint_detection=False,
-            decoding_method=options.decoding_method,
+            decoding_method=own.decoding_method,
         )
         try:
             if files.kind == "transducer":
                 transducer = dict(
-                    max_active_paths=options.max_active_paths,
-                    hotwords_file=options.hotwords_file,
-                    hotwords_score=options.hotwords_score,
+                    max_active_paths=MAX_ACTIVE_PATHS,
+                    hotwords_file=own.hotwords,
+                    hotwords_score=own.hotwords_score,
                 )
                 transducer.update(hotword_setup)
                 return sherpa_onnx.OnlineRecognizer.from_transducer(
@@ -152,7 +146,7 @@ class SherpaRecognizer:
         return (
             f"{self.files.name} ({self.files.kind}, {self.files.encoder.name}, "
             f"chunk {self.files.chunk} = {self.files.chunk_s * 1000:.0f} ms, "
-            f"{self.options.decoding_method}, {self.options.threads} threads)"
+            f"{self.own.decoding_method}, {self.options.threads} threads)"
         )
 
     @property
@@ -177,14 +171,14 @@ class SherpaRecognizer:
             settings={
                 "chunk": self.files.chunk,
                 "kind": self.files.kind,
-                "decoding_method": self.options.decoding_method,
+                "decoding_method": self.own.decoding_method,
                 "threads": self.options.threads,
             },
         )
 
     def create_stream(self) -> SherpaStream:
         """Open a new stream on this model."""
-        append_only = self.options.decoding_method == "greedy_search"
+        append_only = self.own.decoding_method == "greedy_search"
         return SherpaStream(self.engine, self.vocabulary, append_only)
 
     def decode_batch(self, streams: Sequence[RecognizerStream]) -> list[bool]:
@@ -312,39 +306,3 @@ class SherpaStream:
         """No more audio will come; lets the engine process what it holds."""
         self._finished = True
         self.stream.input_finished()
-
-
-def _load(model: str | None, options: EngineOptions) -> SherpaRecognizer:
-    """The registry's loader: find the export for the chunk, then load it."""
-    from streamasr.backends.sherpa.modeldir import resolve_model
-
-    files = resolve_model(model, options.sherpa.chunk, prefer_int8=options.sherpa.prefer_int8)
-    return SherpaRecognizer(files, options)
-
-
-def _recognises(model: str | None) -> bool:
-    """A folder with tokens.txt and .onnx files, a bundled name or a sherpa-onnx catalog name.
-
-    sherpa-onnx is also the default backend, so this only has to be right when asked first.
-    """
-    from streamasr.backends.sherpa.modeldir import bundled_models_dir
-    from streamasr.distribution import catalog
-
-    if model is None:
-        return True
-    entry = catalog.find(model)
-    if entry is not None:
-        return entry.engine == NAME
-    path = Path(model)
-    if not path.is_dir():
-        path = bundled_models_dir() / model
-    return (path / "tokens.txt").is_file()
-
-
-BACKEND = BackendEntry(
-    name=NAME,
-    summary="sherpa-onnx streaming Zipformer transducer / CTC exports, CPU",
-    recognises=_recognises,
-    load=_load,
-    aliases=("sherpa",),
-)

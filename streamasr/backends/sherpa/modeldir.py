@@ -121,6 +121,11 @@ def resolve_model(
             "Pick one of those, or export the model again with that chunk size"
         )
     encoder, meta = by_chunk[chosen]
+    if not prefer_int8 and ".int8." in encoder.name:
+        raise ModelMismatchError(
+            f"--fp32: model {directory.name} has only int8 files for chunk {chosen} "
+            f"({encoder.name}); drop --fp32, or add the fp32 export"
+        )
     if kind == "ctc":
         files = ModelFiles(directory.name, kind, directory, encoder, tokens, meta)
     else:

@@ -1,0 +1,80 @@
+"""The registry's entry for NeMo: which models it reads, its options, and its loader.
+
+Importing this module imports neither torch nor NeMo nor the engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamasr.backends.base import BackendEntry, EngineOptions, Recognizer
+from streamasr.backends.nemo.options import LACKS, OPTIONS, NemoSettings
+from streamasr.errors import ModelError
+
+#: what `--gpu` / `--backend nemo` run without --model: NVIDIA's released hybrid model with
+#: four trained look-aheads, once pulled (`streamasr models pull nemo-fastconformer-multi`)
+DEFAULT_MODEL = "stt_en_fastconformer_hybrid_large_streaming_multi"
+
+
+def resolve_model(model: str | None) -> Path:
+    """A .nemo file, a folder holding exactly one (as the model store installs them), or a
+    catalog or pulled name; without one, the default released model if it was pulled."""
+    from streamasr.distribution import cache, catalog, manifest
+
+    model = model or DEFAULT_MODEL
+    path = Path(model)
+    if not path.exists():
+        if catalog.find(model) is not None or cache.find_cached(model) is not None:
+            path = cache.require_cached(model)  # a pulled .nemo lives in its own folder
+    manifest.check_model_path(path)  # a pulled model whose files changed is refused
+    if path.is_dir():
+        found = sorted(path.glob("*.nemo"))
+        if len(found) != 1:
+            raise ModelError(
+                f"{path} holds {len(found)} .nemo files; give the one to use as --model"
+            )
+        return found[0]
+    if not path.is_file():
+        raise ModelError(f"NeMo model {model} does not exist; give a .nemo file or its folder")
+    return path
+
+
+def _load(model: str | None, options: EngineOptions) -> Recognizer:
+    """The registry's loader: EngineOptions -> NemoRecognizer."""
+    from streamasr.backends.nemo.engine import NemoRecognizer
+    from streamasr.backends.nemo.loading import check_device
+
+    own = NemoSettings.of(options)
+    check_device(options.device)  # a missing CUDA or NeMo is said before anything about the model
+    return NemoRecognizer(
+        resolve_model(model),
+        device=options.device,
+        att_context_size=own.att_context_size,
+        decoder=own.decoder,
+        threads=options.threads if options.device == "cpu" else None,
+        trust_config=own.trust_model_config,
+    )
+
+
+def _recognises(model: str | None) -> bool:
+    """File names only (no engine import): a .nemo file, or a folder holding one."""
+    if not model:
+        return False
+    path = Path(model)
+    if not path.exists():
+        from streamasr.distribution import cache
+
+        path = cache.find_cached(model) or path  # a .nemo pulled under a name of its own
+    return path.suffix == ".nemo" or (path.is_dir() and any(path.glob("*.nemo")))
+
+
+BACKEND = BackendEntry(
+    name="nemo",
+    summary="NVIDIA NeMo cache-aware FastConformer (.nemo), CUDA or CPU",
+    recognises=_recognises,
+    load=_load,
+    options=OPTIONS,
+    devices=("cpu", "cuda"),
+    label="NeMo",
+    lacks=LACKS,
+)

@@ -1,0 +1,54 @@
+"""The registry's entry for sherpa-onnx: which models it reads, its options, and its loader.
+
+Importing this module imports neither sherpa_onnx nor the engine: the registry asks every
+entry whether it recognises a model before one is loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamasr.backends.base import BackendEntry, EngineOptions, Recognizer
+from streamasr.backends.sherpa.options import OPTIONS, SherpaSettings
+
+NAME = "sherpa-onnx"
+
+
+def _load(model: str | None, options: EngineOptions) -> Recognizer:
+    """Find the export for the chunk (and precision), then load it."""
+    from streamasr.backends.sherpa.engine import SherpaRecognizer
+    from streamasr.backends.sherpa.modeldir import resolve_model
+
+    own = SherpaSettings.of(options)
+    files = resolve_model(model, own.chunk, prefer_int8=not own.fp32)
+    return SherpaRecognizer(files, options)
+
+
+def _recognises(model: str | None) -> bool:
+    """A folder with tokens.txt and .onnx files, a bundled name or a sherpa-onnx catalog name.
+
+    sherpa-onnx is also the default backend, so this only has to be right when asked first.
+    """
+    from streamasr.backends.sherpa.modeldir import bundled_models_dir
+    from streamasr.distribution import catalog
+
+    if model is None:
+        return True
+    entry = catalog.find(model)
+    if entry is not None:
+        return entry.engine == NAME
+    path = Path(model)
+    if not path.is_dir():
+        path = bundled_models_dir() / model
+    return (path / "tokens.txt").is_file()
+
+
+BACKEND = BackendEntry(
+    name=NAME,
+    summary="sherpa-onnx streaming Zipformer transducer / CTC exports, CPU",
+    recognises=_recognises,
+    load=_load,
+    aliases=("sherpa",),
+    options=OPTIONS,
+    label="sherpa-onnx",
+)
