@@ -145,9 +145,9 @@ def onset_table(speech: list[Speech], babble_voices: list[Speech], seed: int) ->
                         continue
                     errors.setdefault(key, []).append(start - truth)
     lines = [
-        f"|onset error| in ms over {len(speech)} utterances per row; *early*: the first start "
-        f"came more than {EARLY_S * 1000:.0f} ms before the speech (set off by the noise); "
-        "*none*: no start at all.",
+        f"Absolute onset error in ms over {len(speech)} utterances per row; *early*: the "
+        f"first start came more than {EARLY_S * 1000:.0f} ms before the speech (set off by "
+        "the noise); *none*: no start at all.",
         "",
         "| noise | SNR dB | energy median | energy p90 | energy early/none | "
         "silero median | silero p90 | silero early/none |",
