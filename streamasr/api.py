@@ -18,6 +18,7 @@ import numpy as np
 
 from streamasr.backends.base import BackendInfo, EngineOptions, Recognizer
 from streamasr.backends.registry import load_recognizer
+from streamasr.driver import Collected, drive, stream_events
 from streamasr.events import Event, StreamSummary
 from streamasr.stream import StreamOptions, StreamSession
 
@@ -42,16 +43,17 @@ class Model:
         self, blocks: Iterable[np.ndarray], sample_rate: int, name: str = ""
     ) -> Iterator[Event]:
         """Feed mono float32 blocks; yield events as they happen, then the last final."""
-        yield from self.session(sample_rate, name).run(blocks)
+        yield from stream_events(self.session(sample_rate, name), blocks)
 
     def transcribe(self, audio: np.ndarray, sample_rate: int, name: str = "") -> StreamSummary:
         """Stream a whole array in feed blocks and return the summary (text, finals, timing)."""
         session = self.session(sample_rate, name)
         block = max(1, round(session.block_s * sample_rate))
-        for start in range(0, len(audio), block):
-            session.feed(np.ascontiguousarray(audio[start : start + block], np.float32))
-        session.finish()
-        return session.summary()
+        blocks = (
+            np.ascontiguousarray(audio[start : start + block], np.float32)
+            for start in range(0, len(audio), block)
+        )
+        return drive(session, blocks, Collected())
 
 
 def open_model(

@@ -220,7 +220,7 @@ def _abandon(state: _State, signum: int, why: str | None) -> None:
         message += " (the finals before it are flushed)"
 
     def last_writes() -> None:
-        for flush in list(state.abandon_flushes):
+        for flush in reversed(list(state.abandon_flushes)):  # inner blocks first
             try:
                 flush()
             except Exception as exc:  # one failed flush must not stop the others

@@ -21,12 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from streamasr.audio import FileSource, paced
+from streamasr.audio import FileSource
 from streamasr.backends.base import Recognizer
 from streamasr.batch import step_all
 from streamasr.bench.datasets import Utterance
 from streamasr.bench.metrics import ErrorCounts, Stability, Timing, score, stability, timing
 from streamasr.bench.span import SpanDetector
+from streamasr.driver import Collected, Pacing, drive
 from streamasr.errors import InputError, UsageError
 from streamasr.events import Event, Final
 from streamasr.stream import StreamOptions, StreamSession
@@ -173,8 +174,7 @@ def warm_up(recognizer: Recognizer, sample_rate: int = 16000) -> None:
     """Decode a second of quiet noise once, so first-use costs do not land in the timings."""
     noise = np.random.default_rng(0).normal(0, 0.01, int(WARMUP_S * sample_rate))
     session = StreamSession(recognizer, sample_rate, "warm-up")
-    session.feed(noise.astype(np.float32))
-    session.finish()
+    drive(session, [noise.astype(np.float32)], Collected())
 
 
 def run_utterance(
@@ -192,22 +192,20 @@ def run_utterance(
     try:
         session = StreamSession(recognizer, source.sample_rate, utt.id, options.stream, clock)
         span = SpanDetector(source.sample_rate, options.stream.onset)
-        blocks = source.blocks(session.block_s)
-        if options.realtime:
-            blocks = paced(blocks, source.sample_rate, clock, sleep)
-        events: list[Event] = []
+        pacing = Pacing(clock, sleep) if options.realtime else None
+        collected = Collected()
         try:
-            for block in blocks:
-                span.feed(block)
-                events.extend(session.feed(block))
+            summary = drive(
+                session, source.blocks(session.block_s), collected, pacing=pacing,
+                after_block=span.feed,
+            )
         except InputError as exc:
             return failed_record(utt, str(exc), options.metric)
-        events.extend(session.finish())
-        summary = session.summary()
     finally:
         source.close()
     return build_record(
-        utt, events, summary.audio_s, summary.compute_s, span, options.metric, options.realtime
+        utt, collected.events, summary.audio_s, summary.compute_s, span, options.metric,
+        options.realtime,
     )
 
 

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 
-from streamasr import interrupts
 from streamasr.audio import (
     STDIN_NAME,
     AudioSource,
@@ -20,7 +17,6 @@ from streamasr.audio import (
     check_raw_format,
     next_input,
     open_source,
-    paced,
 )
 from streamasr.backends.base import Recognizer
 from streamasr.commands.common import (
@@ -44,14 +40,15 @@ from streamasr.commands.common import (
 from streamasr.commands.options import ModelOptions, build, with_model_options
 from streamasr.commands.output_dir import OutputDirRenderer, check_output_dir, parse_formats
 from streamasr.commands.remote import ServerOpt, file_over_server
+from streamasr.driver import Pacing, Sink, drive
 from streamasr.errors import InputError, UsageError
+from streamasr.events import Event, StreamSummary
 from streamasr.render import (
     LiveRenderer,
     ProgressDisplay,
     PunctuationRenderer,
     Renderer,
     SentenceCaseRenderer,
-    TextRenderer,
 )
 from streamasr.stream import StreamOptions, StreamSession
 
@@ -96,41 +93,41 @@ def _stream_source(
         log.warning("%s has no audio samples; the transcript is empty", path)
     session = StreamSession(recognizer, source.sample_rate, path, options)
     renderer.begin(path)
+    sink: Sink = renderer
+    after_block = None
     if progress is not None:
         # a buffered pipe's header may not state the true length: position only
         progress.begin(path, None if path == STDIN_NAME else source.info.duration_s)
-    blocks = source.blocks(session.block_s)
-    if realtime:
-        blocks = paced(blocks, source.sample_rate)
-    # a stop signal while the engine hangs: the finals are out already; end with the summary
-    with interrupts.on_abandon(lambda: renderer.end(session.summary())):
-        try:
-            _feed_all(session, blocks, renderer, progress)
-        finally:
-            source.close()
-
-
-def _feed_all(
-    session: StreamSession,
-    blocks: Iterable[np.ndarray],
-    renderer: Renderer,
-    progress: ProgressDisplay | None,
-) -> None:
-    """Feed every block; whatever stops it, flush the last final and the summary."""
+        sink = _ProgressSink(renderer, progress, session)
+        after_block = sink.advance
     try:
-        for block in blocks:
-            for event in session.feed(block):
-                renderer.event(event)
-                if progress is not None:
-                    progress.event(event)
-            if progress is not None:
-                progress.advance(session.audio_s)
+        blocks = source.blocks(session.block_s)
+        drive(session, blocks, sink, pacing=Pacing() if realtime else None,
+              after_block=after_block)
     finally:
-        if progress is not None:
-            progress.end()
-        for event in session.finish():
-            renderer.event(event)
-        renderer.end(session.summary())
+        source.close()
+
+
+class _ProgressSink:
+    """The renderer with the progress bar beside it; the bar goes before the summary line."""
+
+    def __init__(
+        self, renderer: Renderer, progress: ProgressDisplay, session: StreamSession
+    ) -> None:
+        self.renderer = renderer
+        self.progress = progress
+        self.session = session
+
+    def event(self, event: Event) -> None:
+        self.renderer.event(event)
+        self.progress.event(event)
+
+    def advance(self, _block: object) -> None:
+        self.progress.advance(self.session.audio_s)
+
+    def end(self, summary: StreamSummary) -> None:
+        self.progress.end()
+        self.renderer.end(summary)
 
 
 def register(app: typer.Typer) -> None:
@@ -222,12 +219,12 @@ def register(app: typer.Typer) -> None:
                         "several inputs in one SRT would restart its times; use --output-dir DIR "
                         "for one .srt per input, or --format vtt (one file, a NOTE per input)"
                     )
-                renderer = make_renderer(fmt_name, realtime, partials, quiet)
+                renderer = make_renderer(
+                    fmt_name, realtime, partials, quiet, headers=len(paths) > 1
+                )
             check_inputs_exist(paths)
             punctuator = load_punctuator(punctuate, sentence_case)
             recognizer, options = build(model_options, paced=realtime)
-        if isinstance(renderer, TextRenderer) and len(paths) > 1:
-            renderer.headers = True
         progress = None if quiet else progress_display(renderer)
         if punctuator is not None:
             renderer = PunctuationRenderer(renderer, punctuator.punctuate)
