@@ -75,7 +75,13 @@ class FirstToken(Event):
 
 @dataclass(frozen=True)
 class Endpoint(Event):
-    """The engine detected the end of an utterance (trailing silence rule fired)."""
+    """The open utterance ended; the core decides, the same for every engine.
+
+    `rule_hint` names the rule that fired: "rule2" (trailing silence after speech reached
+    --rule2), "rule3" (the utterance reached --rule3 s), "rule1" (trailing silence without
+    speech reached --rule1; it ends no text, so it is rarely seen), "eou" (the model emitted
+    its end-of-utterance token), "vad" or "vad_gate" (the voice activity detector; vad.py).
+    """
 
     kind: ClassVar[str] = "endpoint"
     rule_hint: str = ""

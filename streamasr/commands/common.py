@@ -20,15 +20,7 @@ from streamasr.backends.base import DEFAULT_THREADS, THREADS_MAX, check_threads
 from streamasr.backends.options import check_number
 from streamasr.errors import InputError, OutputError, ReaderGone, StreamAsrError, UsageError
 from streamasr.onset import OnsetOptions
-from streamasr.render import (
-    FORMATS,
-    PARTIALS,
-    JsonlRenderer,
-    LiveRenderer,
-    Renderer,
-    SubtitleRenderer,
-    TextRenderer,
-)
+from streamasr.render import FORMATS, PARTIALS, RENDERERS, Renderer, RenderTarget, formats_help
 
 err_console = Console(stderr=True, soft_wrap=True)
 
@@ -48,8 +40,7 @@ FormatOpt = Annotated[
     typer.Option(
         "--format",
         "-f",
-        help="live (terminal default), text (one line per final; default when piped), "
-        "jsonl (every event), srt (subtitles).",
+        help=formats_help(),
     ),
 ]
 PartialsOpt = Annotated[
@@ -140,17 +131,13 @@ def check_partials(partials: str, fmt: str) -> None:
 
 
 def make_renderer(
-    fmt: str, realtime: bool, partials: str = "full", quiet: bool = False
+    fmt: str, realtime: bool, partials: str = "full", quiet: bool = False, headers: bool = False
 ) -> Renderer:
-    """The renderer for a format, writing data to stdout and messages to stderr (with
-    `quiet`, no summary or first-token lines: JSONL's records are data and stay)."""
-    if fmt == "live":
-        return LiveRenderer(Console(), err_console, realtime, quiet=quiet)
-    if fmt == "jsonl":
-        return JsonlRenderer(sys.stdout, partials)
-    if fmt in ("srt", "vtt"):
-        return SubtitleRenderer(sys.stdout, err_console, realtime, vtt=fmt == "vtt", quiet=quiet)
-    return TextRenderer(sys.stdout, err_console, realtime, quiet=quiet)
+    """The renderer for a format (render.RENDERERS), writing data to stdout and messages to
+    stderr (with `quiet`, no summary or first-token lines: JSONL's records are data and
+    stay; with `headers`, several inputs are told apart)."""
+    target = RenderTarget(None, err_console, realtime, partials, quiet, headers)
+    return RENDERERS[fmt].make(target)
 
 
 class _CurrentStderrHandler(logging.StreamHandler):

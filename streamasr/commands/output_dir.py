@@ -20,11 +20,13 @@ from rich.console import Console
 from streamasr.audio import STDIN_NAME
 from streamasr.errors import OutputError, UsageError
 from streamasr.events import Event, StreamSummary
-from streamasr.render import JsonlRenderer, Renderer, SubtitleRenderer, TextRenderer, summary_line
+from streamasr.render import RENDERERS, Renderer, RenderTarget, summary_line
 
 # --format name -> file extension
 FILE_FORMATS = {"txt": "txt", "text": "txt", "jsonl": "jsonl", "srt": "srt", "vtt": "vtt"}
 DEFAULT_FILE_FORMATS = ("txt",)
+# file extension -> the renderer that writes it (render.RENDERERS)
+RENDERER_OF = {"txt": "text", "jsonl": "jsonl", "srt": "srt", "vtt": "vtt"}
 PART_SUFFIX = ".part"
 
 
@@ -120,11 +122,8 @@ class OutputDirRenderer:
 
     def _renderer(self, ext: str, file: _File) -> Renderer:
         out = cast(IO[str], file)  # what the renderers need of it: write and flush
-        if ext == "jsonl":
-            return JsonlRenderer(out, self.partials)
-        if ext in ("srt", "vtt"):
-            return SubtitleRenderer(out, self._quiet, self.realtime, vtt=ext == "vtt")
-        return TextRenderer(out, self._quiet, self.realtime)
+        target = RenderTarget(out, self._quiet, self.realtime, self.partials)
+        return RENDERERS[RENDERER_OF[ext]].make(target)
 
     def begin(self, source: str) -> None:
         stem = output_stem(source)
