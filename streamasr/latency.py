@@ -1,17 +1,15 @@
 """What a streaming setting costs in milliseconds, derived line by line, and measured.
 
 Every figure is a `BudgetLine` that carries the formula it came from, so the table shows the
-arithmetic instead of asking to be trusted. Three families are covered:
-
-- sherpa-onnx streaming Zipformer exports (from `decode_chunk_len` and `T` in the encoder
-  metadata, fbank 25 ms window / 10 ms shift, snip_edges=false);
-- NeMo cache-aware FastConformer, `att_context_size=[L, R]`, chunked_limited or regular;
-- WeNet U2-style chunks counted in encoder steps (`--chunk N --subsampling 4`).
+arithmetic instead of asking to be trusted. This module holds what every engine shares: the
+table itself, WeNet U2-style chunks counted in encoder steps (`--chunk N --subsampling 4`),
+the budget any backend's declared chunk and look-ahead imply (`budget_from_info`), and the
+measurement. An engine's own arithmetic lives with it: backends/sherpa/budget.py (Zipformer
+exports, from `decode_chunk_len` and `T`), backends/nemo/budget.py (`att_context_size`).
 
 All derived latencies are algorithmic: they assume the network takes no time.
 `measure_engine` feeds audio to any loaded recognizer through the step protocol to find when
-encoder steps actually run and how long each takes on this machine; `budget_from_info` is
-the derived side for a backend that has no arithmetic of its own here.
+encoder steps actually run and how long each takes on this machine.
 """
 
 from __future__ import annotations
@@ -26,110 +24,13 @@ from typing import Any
 import numpy as np
 
 from streamasr.backends.base import BackendInfo, Recognizer
-from streamasr.backends.sherpa.onnx_meta import EncoderMetadata
-from streamasr.distribution import catalog
-from streamasr.errors import ModelError, ModelMismatchError, UsageError
-from streamasr.mask import UNLIMITED, validate_att_context_size
+from streamasr.errors import ModelError, UsageError
+from streamasr.mask import UNLIMITED
 
 log = logging.getLogger("streamasr")
 
-FBANK_SHIFT_MS = 10.0  # 100 Hz feature frames
-FBANK_WINDOW_MS = 25.0
-#: With snip_edges=false a frame is centred on its 10 ms shift, so its window reaches this
-#: far past the shift's end: (25 - 10) / 2 = 7.5 ms.
-FBANK_TAIL_MS = (FBANK_WINDOW_MS - FBANK_SHIFT_MS) / 2
-ZIPFORMER_OUTPUT_MS = 40.0  # 25 Hz encoder output: 2x front end, 2x output downsampling
-# --chunk's 20 ms frames and the Zipformer look-ahead pads are the catalog's constants.
-
-
-@dataclass(frozen=True)
-class PublishedExport:
-    """A released model's export settings, as the catalog records them (`distribution.catalog`).
-
-    These are the values the released encoder files carry in their metadata, so
-    `streamasr latency --model en-20M` works without downloading anything.
-    """
-
-    release: str
-    model_type: str
-    chunk: int  # 50 Hz frames
-    left_context: int  # 50 Hz frames (left_context_len of the first stack); 0: not published
-    decode_chunk_len: int
-    T: int  # named as the metadata key is
-
-
-def _exports_of(entry: catalog.CatalogEntry) -> tuple[PublishedExport, ...]:
-    return tuple(
-        PublishedExport(entry.name, e.model_type, e.chunk, e.left_context, e.decode_chunk_len, e.T)
-        for e in entry.exports
-    )
-
-
-#: A view of the catalog, alias to release name (the catalog is the one table).
-PUBLISHED_ALIASES: dict[str, str] = {
-    alias: entry.name for entry in catalog.CATALOG for alias in entry.aliases
-}
-
-
-def published_export(name: str, chunk: int | None = None) -> PublishedExport:
-    """A released Zipformer's export by alias or release name; the first one if several."""
-    entry = catalog.find(name)
-    if entry is None:
-        raise ModelError(
-            f"unknown model {name!r}; {catalog.did_you_mean(name)}. Or pass --model DIR with "
-            "a sherpa-onnx streaming model directory"
-        )
-    exports = _exports_of(entry)
-    if not exports:
-        raise ModelError(f"{entry.name} is a NeMo FastConformer, not a Zipformer export")
-    if chunk is not None:
-        chosen = tuple(e for e in exports if e.chunk == chunk)
-        if not chosen:
-            have = sorted({e.chunk for e in exports})
-            raise ModelMismatchError(
-                f"{entry.name} has no export for --chunk {chunk}; it was released with chunk "
-                f"{', '.join(map(str, have))} (50 Hz frames, 16 = 320 ms)"
-            )
-        exports = chosen
-    return exports[0]
-
-
-def catalog_budget(name: str, chunk: int | None = None) -> LatencyBudget:
-    """The budget of any catalog model from its recorded settings: a Zipformer export, or
-    a NeMo `att_context_size` (`--chunk` picks among the trained look-aheads, in 50 Hz
-    frames: 80 ms = 4)."""
-    entry = catalog.lookup(name)
-    if entry.kind == "punctuation":
-        raise ModelMismatchError(
-            f"{name} ({entry.name}) is a punctuation model (for `streamasr file --punctuate`): "
-            "it has no latency budget; pass a speech model to --model (`streamasr models list`)"
-        )
-    if entry.exports:
-        return budget_from_published(published_export(name, chunk))
-    contexts = entry.att_context_sizes
-    if chunk is not None:
-        contexts = tuple(a for a in contexts if a.chunk == chunk)
-        if not contexts:
-            have = ", ".join(
-                f"{a.chunk} ([{a.left},{a.right}], {a.chunk_ms:.0f} ms)"
-                for a in entry.att_context_sizes
-            )
-            raise ModelMismatchError(
-                f"{entry.name} was not trained for --chunk {chunk}; its chunks are {have} "
-                "(50 Hz frames)"
-            )
-    context = contexts[0]
-    budget = nemo_budget(context.left, context.right)
-    trained = ", ".join(f"[{a.left},{a.right}]" for a in entry.att_context_sizes)
-    note = (
-        f"{entry.name} ({entry.engine}): trained look-aheads {trained}; "
-        "pick another with --chunk (50 Hz frames)"
-    )
-    return replace(
-        budget, title=f"{budget.title} ({entry.name}, catalog settings)",
-        settings=dict(budget.settings, model=entry.name, engine=entry.engine),
-        notes=(*budget.notes, note),
-    )
+FEATURE_SHIFT_MS = 10.0  # 100 Hz feature frames, the front end of every engine here
+FBANK_SHIFT_MS = FEATURE_SHIFT_MS
 
 
 @dataclass(frozen=True)
@@ -214,271 +115,10 @@ def format_value(value: float, unit: str) -> str:
     return f"{_num(value)} {unit}"
 
 
-_ZERO_COMPUTE_NOTE = (
+ZERO_COMPUTE_NOTE = (
     "Algorithmic latencies: they assume the network takes no time. Compute comes on top "
     "(--measure adds it for a model it loads)."
 )
-
-
-# --- sherpa-onnx streaming Zipformer ----------------------------------------------------
-
-
-def zipformer_budget(
-    decode_chunk_len: int,
-    T: int,  # named as the metadata key is
-    *,
-    left_context: int = 0,
-    model_type: str = "zipformer2",
-    source: str = "",
-) -> LatencyBudget:
-    """The budget of a Zipformer export from its two metadata numbers.
-
-    `decode_chunk_len` and `T` count 100 Hz fbank frames; `left_context` counts 50 Hz frames
-    (0 when not known).
-    """
-    if decode_chunk_len <= 0 or T < decode_chunk_len:
-        raise ModelError(
-            f"decode_chunk_len={decode_chunk_len}, T={T}: need 0 < decode_chunk_len <= T"
-        )
-    shift = FBANK_SHIFT_MS
-    pad = T - decode_chunk_len
-    chunk_ms = decode_chunk_len * shift
-    look_ms = pad * shift
-    tail = FBANK_TAIL_MS
-    first_ms = T * shift + tail
-    worst_ms = chunk_ms + look_ms + tail
-    best_ms = look_ms + tail
-    average_ms = look_ms + tail + chunk_ms / 2
-    chunk50 = decode_chunk_len / 2
-    if pad == catalog.ZIPFORMER2_PAD:
-        pad_note = "7 frames for the subsampling convs + 2 x 3 for ConvNeXt"
-    elif pad == catalog.ZIPFORMER_PAD:
-        pad_note = "7 frames for the subsampling convs"
-    else:
-        pad_note = ""
-    lines = [
-        BudgetLine(
-            "chunk_ms", "chunk (audio per encoder step)", chunk_ms, "ms",
-            f"decode_chunk_len x 10 ms = {decode_chunk_len} x 10 ms",
-            f"= --chunk {_num(chunk50)} x 20 ms (50 Hz frames)",
-        ),
-        BudgetLine(
-            "lookahead_ms", "look-ahead (front end, past the chunk)", look_ms, "ms",
-            f"(T - decode_chunk_len) x 10 ms = ({T} - {decode_chunk_len}) x 10 ms",
-            pad_note,
-        ),
-        BudgetLine(
-            "window_tail_ms", "fbank window past its last frame", tail, "ms",
-            "(25 ms window - 10 ms shift) / 2, snip_edges=false",
-        ),
-        BudgetLine(
-            "first_step_ms", "audio needed before the first encoder step", first_ms, "ms",
-            f"T x 10 ms + 7.5 ms = {T} x 10 + 7.5",
-            f"= chunk + look-ahead + tail = {_num(chunk_ms)} + {_num(look_ms)} + 7.5",
-        ),
-        BudgetLine(
-            "step_interval_ms", "then one encoder step every", chunk_ms, "ms",
-            "decode_chunk_len x 10 ms",
-        ),
-        BudgetLine(
-            "worst_ms", "worst-case latency (audio at a chunk's first frame)", worst_ms, "ms",
-            f"chunk + look-ahead + tail = {_num(chunk_ms)} + {_num(look_ms)} + 7.5",
-        ),
-        BudgetLine(
-            "best_ms", "best case (audio at a chunk's last frame)", best_ms, "ms",
-            f"look-ahead + tail = {_num(look_ms)} + 7.5",
-        ),
-        BudgetLine(
-            "average_ms", "average algorithmic latency", average_ms, "ms",
-            f"look-ahead + tail + chunk / 2 = {_num(look_ms)} + 7.5 + {_num(chunk_ms / 2)}",
-            "mean over where in the chunk the audio falls",
-        ),
-        BudgetLine(
-            "output_rate_hz", "encoder output frame rate", 1000 / ZIPFORMER_OUTPUT_MS, "Hz",
-            "100 Hz / 2 (front end) / 2 (output downsampling) = one frame per 40 ms",
-            f"{_num(chunk_ms / ZIPFORMER_OUTPUT_MS)} output frames per encoder step",
-        ),
-    ]
-    if left_context > 0:
-        lines.append(
-            BudgetLine(
-                "left_context_s", "left context (attention history)",
-                left_context * catalog.CHUNK_FRAME_MS / 1000, "s",
-                f"left_context_len x 20 ms = {left_context} x 20 ms",
-                f"= {_num(left_context / chunk50)} chunks",
-            )
-        )
-    settings = {"model_type": model_type, "decode_chunk_len": decode_chunk_len, "T": T,
-                "chunk": chunk50 if chunk50 % 1 else int(chunk50)}
-    if left_context > 0:
-        settings["left_context"] = left_context
-    title = f"{model_type} export, chunk {_num(chunk50)}"
-    if source:
-        title += f" ({source})"
-    return LatencyBudget(title, "zipformer", settings, tuple(lines), (_ZERO_COMPUTE_NOTE,))
-
-
-def budget_from_metadata(meta: EncoderMetadata) -> LatencyBudget:
-    """The budget of an exported encoder file, from its ONNX metadata."""
-    return zipformer_budget(
-        meta.decode_chunk_len, meta.T, left_context=meta.left_context,
-        model_type=meta.model_type, source=f"metadata of {meta.path.name}",
-    )
-
-
-def budget_from_published(export: PublishedExport) -> LatencyBudget:
-    """The budget of a released model from its published export settings."""
-    return zipformer_budget(
-        export.decode_chunk_len, export.T, left_context=export.left_context,
-        model_type=export.model_type,
-        source=f"{export.release}, published export settings",
-    )
-
-
-def budget_for_zipformer2_chunk(chunk: int) -> LatencyBudget:
-    """Textbook zipformer2 arithmetic for `--chunk N` when no model is given."""
-    if chunk < 1:
-        raise UsageError(f"--chunk {chunk}: use a positive number of 50 Hz frames, e.g. 16")
-    export = catalog.zipformer2(chunk, 0)
-    budget = zipformer_budget(
-        export.decode_chunk_len, export.T,
-        source="no model read: decode_chunk_len = 2 x chunk, T = decode_chunk_len + 13",
-    )
-    return budget
-
-
-# --- NeMo cache-aware FastConformer -------------------------------------------------------
-
-
-def nemo_budget(
-    left: int,
-    right: int,
-    *,
-    style: str = "chunked_limited",
-    layers: int = 17,
-    subsampling: int = 8,
-    window_stride_ms: float = 10.0,
-) -> LatencyBudget:
-    """The budget of `att_context_size=[left, right]` in NeMo's arithmetic.
-
-    Defaults follow NeMo's shipped cache-aware streaming config: 17 layers, 8x subsampling,
-    10 ms window stride.
-    """
-    validate_att_context_size(left, right, style)
-    if layers < 1:
-        raise UsageError(f"--layers {layers}: use 1 or more layers")
-    if subsampling < 1:
-        raise UsageError(f"--subsampling {subsampling}: use a factor >= 1 (FastConformer: 8)")
-    step = subsampling * window_stride_ms
-    stride = _num(window_stride_ms)
-    unlimited_left = left == UNLIMITED
-    lines = [
-        BudgetLine(
-            "step_ms", "encoder step", step, "ms",
-            f"subsampling x window stride = {subsampling} x {stride} ms",
-        )
-    ]
-    settings: dict[str, Any] = {
-        "att_context_size": [left, right], "style": style, "layers": layers,
-        "subsampling": subsampling, "window_stride_ms": window_stride_ms,
-    }
-    notes = [_ZERO_COMPUTE_NOTE]
-    if style == "chunked_limited":
-        chunk_size = right + 1
-        chunk_ms = chunk_size * step
-        look_ms = right * step
-        lines += [
-            BudgetLine(
-                "chunk_ms", "chunk", chunk_ms, "ms",
-                f"(R + 1) x step = {chunk_size} x {_num(step)} ms",
-                f"{chunk_size} encoder step{'s' if chunk_size != 1 else ''}",
-            ),
-            BudgetLine(
-                "lookahead_ms", "worst-case look-ahead (first step of a chunk)", look_ms, "ms",
-                f"R x step = {right} x {_num(step)} ms",
-                "NeMo's formula: att_context_size[1] x subsampling_factor x window_stride",
-            ),
-            BudgetLine(
-                "lookahead_last_ms", "look-ahead of a chunk's last step", 0.0, "ms",
-                "it waits for no later step",
-            ),
-            BudgetLine(
-                "average_ms", "average look-ahead (cache-aware paper)", look_ms / 2, "ms",
-                f"R x step / 2 = {_num(look_ms)} / 2",
-                "half the worst case, the convention of arXiv:2312.17279",
-            ),
-            BudgetLine(
-                "eil_ms", "EIL, Emformer convention", chunk_ms / 2, "ms",
-                f"(R + 1) x step x 0.5 = {_num(chunk_ms)} x 0.5",
-                "the whole chunk as Emformer's center block, discounted by 0.5",
-            ),
-        ]
-        if unlimited_left:
-            lines += [
-                BudgetLine("history_s", "history (left context)", math.inf, "s",
-                           "L = -1: every earlier step"),
-                BudgetLine("history_chunks", "history in chunks", math.inf, "chunks",
-                           "L = -1: every earlier chunk"),
-            ]
-        else:
-            lines += [
-                BudgetLine("history_s", "history (left context)", left * step / 1000, "s",
-                           f"L x step = {left} x {_num(step)} ms"),
-                BudgetLine("history_chunks", "history in chunks", left // chunk_size, "chunks",
-                           f"L // (R + 1) = {left} // {chunk_size}"),
-            ]
-        lines.append(
-            BudgetLine(
-                "depth_lookahead_ms", f"look-ahead through {layers} layers", look_ms, "ms",
-                "R x step, whatever the depth",
-                "no step sees past its chunk, so depth adds nothing",
-            )
-        )
-        title = f"NeMo att_context_size=[{left},{right}], chunked_limited"
-    else:
-        if right == UNLIMITED:
-            per_layer = math.inf
-            depth_ms = math.inf
-            depth_formula = "R = -1: the whole future (offline)"
-        else:
-            per_layer = right * step
-            depth_ms = layers * right * step
-            depth_formula = f"layers x R x step = {layers} x {right} x {_num(step)} ms"
-        lines += [
-            BudgetLine(
-                "layer_lookahead_ms", "look-ahead per layer", per_layer, "ms",
-                f"R x step = {right} x {_num(step)} ms" if right != UNLIMITED else "R = -1",
-            ),
-            BudgetLine(
-                "lookahead_ms", f"look-ahead through {layers} layers", depth_ms, "ms",
-                depth_formula,
-                "a band mask: each layer looks R steps past the last one's outputs",
-            ),
-            BudgetLine(
-                "average_ms", "average look-ahead", depth_ms, "ms",
-                "= worst case: every step waits the same",
-            ),
-        ]
-        if unlimited_left:
-            lines.append(BudgetLine("history_s", "history per layer", math.inf, "s",
-                                    "L = -1: every earlier step"))
-        else:
-            lines += [
-                BudgetLine("history_s", "history per layer", left * step / 1000, "s",
-                           f"L x step = {left} x {_num(step)} ms"),
-                BudgetLine("depth_history_s", f"history through {layers} layers",
-                           layers * left * step / 1000, "s",
-                           f"layers x L x step = {layers} x {left} x {_num(step)} ms"),
-            ]
-        title = f"NeMo att_context_size=[{left},{right}], regular (band)"
-        notes.append(
-            "The band's look-ahead adds up layer by layer; chunked_limited keeps it at "
-            "R x step at any depth."
-        )
-    return LatencyBudget(title, "nemo", settings, tuple(lines), tuple(notes))
-
-
-# --- WeNet U2-style chunks counted in encoder steps ----------------------------------------
 
 
 def chunk_budget(
@@ -517,7 +157,7 @@ def chunk_budget(
                                 f"left chunks x chunk = {left_chunks} x {_num(chunk_ms)} ms"))
     settings = {"chunk": chunk, "subsampling": subsampling, "left_chunks": left_chunks}
     notes = (
-        _ZERO_COMPUTE_NOTE,
+        ZERO_COMPUTE_NOTE,
         "The subsampling front end's own look-ahead is not counted here, as in U2.",
     )
     title = f"chunk of {chunk} encoder steps at {_num(step)} ms (WeNet U2 style)"
@@ -672,7 +312,7 @@ def budget_from_info(info: BackendInfo) -> LatencyBudget:
         **{str(k): v for k, v in info.settings.items()},
     }
     title = f"{info.model_name} ({info.backend}): chunk {_num(chunk_ms)} ms"
-    return LatencyBudget(title, info.backend, settings, lines, (_ZERO_COMPUTE_NOTE,))
+    return LatencyBudget(title, info.backend, settings, lines, (ZERO_COMPUTE_NOTE,))
 
 
 def with_measurement(budget: LatencyBudget, timing: EngineTiming, threads: int) -> LatencyBudget:
@@ -746,23 +386,3 @@ def with_measurement(budget: LatencyBudget, timing: EngineTiming, threads: int) 
     ]
     settings = dict(budget.settings, threads=threads, measure=timing.to_dict())
     return replace(budget, lines=tuple(lines), settings=settings)
-
-
-__all__ = [
-    "BudgetLine",
-    "EngineTiming",
-    "LatencyBudget",
-    "PUBLISHED_ALIASES",
-    "PublishedExport",
-    "budget_for_zipformer2_chunk",
-    "budget_from_info",
-    "budget_from_metadata",
-    "budget_from_published",
-    "catalog_budget",
-    "chunk_budget",
-    "measure_engine",
-    "nemo_budget",
-    "published_export",
-    "with_measurement",
-    "zipformer_budget",
-]

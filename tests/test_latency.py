@@ -18,21 +18,19 @@ import typer
 from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
-from streamasr.backends.sherpa.onnx_meta import read_encoder_metadata
-from streamasr.commands.latency import register
-from streamasr.errors import ModelError, UsageError
-from streamasr.latency import (
+from streamasr.backends.nemo.budget import nemo_budget
+from streamasr.backends.sherpa.budget import (
     PUBLISHED_ALIASES,
     budget_for_zipformer2_chunk,
     budget_from_metadata,
     budget_from_published,
-    chunk_budget,
-    measure_engine,
-    nemo_budget,
     published_export,
-    with_measurement,
     zipformer_budget,
 )
+from streamasr.backends.sherpa.onnx_meta import read_encoder_metadata
+from streamasr.commands.latency import register
+from streamasr.errors import ModelError, UsageError
+from streamasr.latency import chunk_budget, measure_engine, with_measurement
 
 
 def ms(budget, key: str) -> float:

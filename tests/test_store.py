@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from streamasr.backends.sherpa.budget import PUBLISHED_ALIASES
 from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.distribution import catalog
 from streamasr.distribution.cache import LOCK_DIR, cache_dir, find_cached, verify_installed
@@ -27,7 +28,6 @@ from streamasr.distribution.install import PART_SUFFIX, pull
 from streamasr.distribution.manifest import read_manifest
 from streamasr.distribution.pins import PIN_DIR
 from streamasr.errors import ModelError, UsageError
-from streamasr.latency import PUBLISHED_ALIASES
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "models" / "tiny-random-transducer"

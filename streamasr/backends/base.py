@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -172,8 +172,8 @@ class BackendEntry:
     (backends/options.py): the commands offer them and refuse them for every other engine.
     `devices`: "cpu", and "cuda" if it can run there. `label` names its models in messages
     ("NeMo"); `lacks` maps an option kind the engine does not have to the sentence it says
-    when given another engine's option of that kind. `budget` gives the latency budget of a
-    loaded recognizer, for `streamasr latency`.
+    when given another engine's option of that kind. `budget` is the engine's own latency
+    arithmetic for `streamasr latency --model`.
     """
 
     name: str
@@ -185,7 +185,9 @@ class BackendEntry:
     devices: tuple[str, ...] = ("cpu",)
     label: str = ""
     lacks: Mapping[str, str] = field(default_factory=dict)
-    budget: Callable[[Recognizer], object] | None = None
+    # (model, options, measure) -> its LatencyBudget (streamasr.latency), measured if asked;
+    # None: latency loads the model and derives the budget from what it declares
+    budget: Callable[[str | None, EngineOptions, bool], Any] | None = None
 
     @property
     def title(self) -> str:

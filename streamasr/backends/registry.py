@@ -265,7 +265,7 @@ def refusal(entry: BackendEntry, name: str, known: Sequence[BackendEntry]) -> st
         return f"{entry.lacks[kind]}; drop {flag} ({where})"
     article = "an" if entry.title[:1].lower() in "aeiou" else "a"
     lacking = f"this is {article} {entry.title} model with no {declared.label or name} setting"
-    return f"{about}; {lacking} ({where})"
+    return f"{about}; {lacking}: the {entry.name} backend has none ({where})"
 
 
 # --- plugins fail alone ------------------------------------------------------------------

@@ -93,9 +93,13 @@ def sweep_values(
     [None] (the model's default) when nothing is swept."""
     if swept is None:
         return [None]
+    from streamasr.backends.registry import installed, refusal
+
     option = entry.option(swept)
-    if option is None or not option.sweep:  # refused by engine_options before this
-        raise UsageError(f"the {entry.name} backend cannot sweep --{swept.replace('_', '-')}")
+    if option is None:  # another engine's option (--chunk on a NeMo model)
+        raise UsageError(refusal(entry, swept, installed()))
+    if not option.sweep:
+        raise UsageError(f"the {entry.name} backend cannot sweep {option.flag}")
     return option.sweep_values(str(given[swept]))
 
 

@@ -43,6 +43,13 @@ def _recognises(model: str | None) -> bool:
     return (path / "tokens.txt").is_file()
 
 
+def _budget(model: str | None, options: EngineOptions, measure: bool) -> object:
+    """The latency budget of a model (streamasr latency --model), measured if asked."""
+    from streamasr.backends.sherpa.model_budget import model_budget
+
+    return model_budget(model, options, measure)
+
+
 BACKEND = BackendEntry(
     name=NAME,
     summary="sherpa-onnx streaming Zipformer transducer / CTC exports, CPU",
@@ -51,4 +58,5 @@ BACKEND = BackendEntry(
     aliases=("sherpa",),
     options=OPTIONS,
     label="sherpa-onnx",
+    budget=_budget,
 )

@@ -1,0 +1,72 @@
+"""`streamasr latency --model` for a sherpa-onnx model: its budget from the export's metadata
+(or the catalog's record of a released one), measured on the engine when asked."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from streamasr.backends.base import EngineOptions
+from streamasr.backends.released import catalog_budget
+from streamasr.backends.sherpa.budget import budget_from_metadata
+from streamasr.backends.sherpa.modeldir import list_bundled, resolve_model
+from streamasr.backends.sherpa.onnx_meta import read_encoder_metadata
+from streamasr.backends.sherpa.options import SherpaSettings
+from streamasr.distribution import cache, catalog
+from streamasr.errors import ModelError, UsageError
+from streamasr.latency import LatencyBudget, measure_engine, with_measurement
+
+MEASURE_STEPS = 12
+
+
+def model_budget(model: str | None, options: EngineOptions, measure: bool) -> LatencyBudget:
+    """A sherpa-onnx model's budget: a catalog name, an encoder file, a bundled model or a
+    directory.
+
+    Catalog names resolve through the catalog (settings, no download needed) and, for
+    `--measure`, through the model cache the way `file --model NAME` finds them.
+    """
+    own = SherpaSettings.of(options)
+    chunk, fp32, threads = own.chunk, own.fp32, options.threads
+
+    entry = catalog.find(model) if model is not None else None
+    if model is not None and entry is not None and not Path(model).exists():
+        if not measure:
+            return catalog_budget(model, chunk)
+        if not entry.exports:
+            raise UsageError(
+                f"--measure runs the model's files; {entry.name} is a NeMo FastConformer "
+                "release, which is not downloaded here: pass --model PATH.nemo (its .nemo "
+                "file or folder) to measure it, or drop --measure for its derived budget"
+            )
+        if cache.find_cached(model) is None:
+            raise UsageError(
+                f"--measure runs the real engine, so it needs the model's files; {model} is "
+                f"not in the cache {cache.cache_dir()}. Download it with "
+                f"`streamasr models pull {model}`, or pass --model DIR"
+            )
+    elif model is not None and model.endswith(".onnx") and Path(model).is_file():
+        if measure:
+            raise UsageError("--measure needs the model directory, not one .onnx file")
+        meta = read_encoder_metadata(model)
+        if chunk is not None and chunk != meta.chunk:
+            raise UsageError(
+                f"{Path(model).name} was exported for chunk {meta.chunk}, not --chunk {chunk}"
+            )
+        return budget_from_metadata(meta)
+    elif model is not None and not Path(model).exists() and model not in list_bundled():
+        if cache.find_cached(model) is None:  # a custom name pulled with --url/--archive
+            raise ModelError(
+                f"unknown model {model!r}: not a directory, a released model or a bundled one; "
+                f"{catalog.did_you_mean(model, list_bundled())}. Or pass a model directory"
+            )
+    files = resolve_model(model, chunk, prefer_int8=not fp32)
+    budget = budget_from_metadata(files.metadata)
+    if not measure:
+        return budget
+    from streamasr.backends.sherpa.engine import SherpaRecognizer
+
+    own_export = {**options.own, "chunk": files.chunk}
+    recognizer = SherpaRecognizer(files, replace(options, own=own_export))
+    timing = measure_engine(recognizer, steps=MEASURE_STEPS)
+    return with_measurement(budget, timing, threads)
