@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from streamasr.bench.baseline import Check, Rule, compare, parse_fail_on
 from streamasr.bench.metrics import (
     ErrorCounts,
     model_metric,
@@ -20,7 +21,6 @@ from streamasr.bench.metrics import (
     timing,
     total_counts,
 )
-from streamasr.bench.report import Check, Rule, compare, parse_fail_on
 from streamasr.errors import UsageError
 from streamasr.events import Endpoint, Final, FirstToken, Partial
 

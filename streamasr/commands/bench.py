@@ -214,9 +214,17 @@ class BenchRequest:
 def run_bench(request: BenchRequest) -> bool:
     """Validate everything, run every setting, write and show results; True on regression."""
     from streamasr.bench import report
+    from streamasr.bench.baseline import (
+        check_baseline_matches,
+        compare,
+        comparison_lines,
+        load_baseline,
+        parse_fail_on,
+    )
     from streamasr.bench.datasets import load_dataset
     from streamasr.bench.metrics import info_metric
     from streamasr.bench.outdir import RecordLog, check_out
+    from streamasr.bench.results import write_results
     from streamasr.bench.runner import RunOptions
     from streamasr.bench.sweep import (
         plan_settings,
@@ -251,11 +259,11 @@ def run_bench(request: BenchRequest) -> bool:
         from streamasr.bench.plot import require_matplotlib
 
         require_matplotlib()
-    rules = report.parse_fail_on(request.fail_on) if request.fail_on else []
-    baseline = report.load_baseline(request.baseline) if request.baseline else None
+    rules = parse_fail_on(request.fail_on) if request.fail_on else []
+    baseline = load_baseline(request.baseline) if request.baseline else None
     settings = plan_settings(group.model, engine, entry, swept, values, backend)
     if baseline is not None and rules:
-        report.check_baseline_matches(baseline, [s.name for s in settings], str(request.baseline))
+        check_baseline_matches(baseline, [s.name for s in settings], str(request.baseline))
     columns = TableColumns(request.audio_column, request.text_column)
     data = load_dataset(request.dataset, columns=columns).limited(request.limit)
     if not data.utterances:
@@ -321,11 +329,11 @@ def run_bench(request: BenchRequest) -> bool:
     if not complete:
         # stopped by a signal: what finished is written and shown, then the stop goes on
         doc["stopped"] = _stopped_record(results, len(data.utterances) * len(settings))
-        report.write_results(request.out, doc)
+        write_results(request.out, doc)
         _show(doc, request.out)
         raise KeyboardInterrupt
-    checks = report.compare(baseline, doc, rules) if baseline is not None else []
-    report.write_results(request.out, doc, checks)
+    checks = compare(baseline, doc, rules) if baseline is not None else []
+    write_results(request.out, doc, checks)
     _show(doc, request.out)
     _note_int8_batching(settings, str(request.streams))
     if request.plot is not None:
@@ -335,7 +343,7 @@ def run_bench(request: BenchRequest) -> bool:
         err_console.print(f"plot: {request.plot}", highlight=False, markup=False)
     if checks:
         err_console.print("[bold]against the baseline[/bold]")
-        for line in report.comparison_lines(checks):
+        for line in comparison_lines(checks):
             err_console.print(line, highlight=False, markup=False)
     if all(s["summary"]["failed"] == s["summary"]["utterances"] for s in doc["settings"]):
         raise DatasetError("no utterance could be decoded; see the errors in results.json")
@@ -350,11 +358,11 @@ def run_bench(request: BenchRequest) -> bool:
 
 def _show(doc: dict[str, Any], out: Path) -> None:
     """The results table and the notes under it, on stderr."""
-    from streamasr.bench import report
+    from streamasr.bench.results import rich_table
 
     # a terminal gets its own width; a log file or pipe gets the table's natural width,
     # not 80 columns that would cut the figures of a wide sweep
-    table = report.rich_table(doc)
+    table = rich_table(doc)
     if err_console.is_terminal:
         err_console.print(table)
     else:
