@@ -1,0 +1,220 @@
+"""`file --ray` and `bench --ray` on a real three-node Ray cluster on 127.0.0.1 (a head and two
+worker nodes, each its own `ray start` process with one CPU): the same outputs and the same
+scores as a local run, a node that dies mid-run costs nothing but time, and a node whose
+model copy differs from the driver's refuses to decode."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ray_fixture import REPO, Cluster, start_cluster
+
+WAVS = REPO / "models" / "tiny-en" / "test_wavs"
+MODEL = str(REPO / "models" / "tiny-en")
+FORMATS = "txt,srt,vtt,jsonl"
+RUN_LIMIT_S = 300
+# what differs between two runs of the same audio: the clocks
+CLOCK_FIELDS = ("wall_s", "compute_s", "rtf", "first_token_wall_latency_s", "wall_latency_s")
+
+
+def streamasr(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streamasr", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=RUN_LIMIT_S)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    running = start_cluster(workers=2)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def local_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled clips through a local `file -o`: what a cluster run must write."""
+    out = tmp_path_factory.mktemp("local-files")
+    done = streamasr("file", *sorted(map(str, WAVS.glob("*.wav"))), "--model", MODEL,
+                     "-o", str(out), "--format", FORMATS)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def local_bench(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("local-bench")
+    done = streamasr("bench", str(WAVS), "--model", MODEL, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    return json.loads((out / "results.json").read_text())
+
+
+def without_clocks(line: str) -> dict[str, Any]:
+    event = json.loads(line)
+    return {k: v for k, v in event.items() if k not in CLOCK_FIELDS}
+
+
+def copies(folder: Path, n: int) -> list[Path]:
+    """`n` inputs c00.wav, c01.wav, ... cycling through the bundled clips."""
+    folder.mkdir()
+    clips = sorted(WAVS.glob("*.wav"))
+    made = []
+    for i in range(n):
+        made.append(folder / f"c{i:02d}.wav")
+        shutil.copyfile(clips[i % len(clips)], made[-1])
+    return made
+
+
+def source_of(path: Path) -> str:
+    """The bundled clip a copy was made from ('3' for c08.wav)."""
+    return str(int(path.stem[1:]) % len(list(WAVS.glob("*.wav"))))
+
+
+def run_and_kill_a_node(cluster: Cluster, args: list[str], watch: Path,
+                        pattern: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Start a run; once `watch` holds a file matching `pattern`, kill a worker node's
+    raylet; return the finished run and how far it had got (files seen) at the kill."""
+    process = subprocess.Popen([sys.executable, "-m", "streamasr", *args], cwd=REPO,
+                               env=cluster.env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + RUN_LIMIT_S
+    seen = 0
+    while time.monotonic() < deadline and process.poll() is None:
+        found = list(watch.glob(pattern)) if watch.is_dir() else []
+        if found:
+            seen = len(found)
+            cluster.live_worker().kill_raylet()
+            break
+        time.sleep(0.05)
+    stdout, stderr = process.communicate(timeout=RUN_LIMIT_S)
+    assert process.returncode is not None
+    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return done, seen
+
+
+def test_file_on_three_nodes_writes_what_a_local_run_writes(
+    cluster: Cluster, local_files: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    done = streamasr("file", *sorted(map(str, WAVS.glob("*.wav"))), "--model", MODEL,
+                     "-o", str(out), "--format", FORMATS, "--ray", cluster.address,
+                     env=cluster.env)
+    assert done.returncode == 0, done.stderr
+    assert "3 node(s), 3 CPU(s); 5 tasks" in done.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in local_files.iterdir())
+    for local in local_files.iterdir():
+        ours = out / local.name
+        if local.suffix == ".jsonl":  # the same events; only the clocks differ
+            assert list(map(without_clocks, ours.read_text().splitlines())) == list(
+                map(without_clocks, local.read_text().splitlines()))
+        else:
+            assert ours.read_bytes() == local.read_bytes(), local.name
+
+
+def test_bench_on_three_nodes_scores_as_a_local_run(
+    cluster: Cluster, local_bench: dict[str, Any], tmp_path: Path
+) -> None:
+    out = tmp_path / "bench"
+    done = streamasr("bench", str(WAVS), "--model", MODEL, "--out", str(out),
+                     "--ray", cluster.address, env=cluster.env)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((out / "results.json").read_text())
+    ray = doc["run"]["ray"]
+    assert (ray["nodes"], ray["cpus"]) == (3, 3.0)
+    assert ray["ray_version"].count(".") == 2
+    assert ray["settings"]["chunk 16"]["tasks"] >= 1
+    ours, local = doc["settings"][0], local_bench["settings"][0]
+    assert ours["summary"]["error_rate_pct"] == local["summary"]["error_rate_pct"]
+    for key in ("ref_units", "substitutions", "deletions", "insertions", "utterances"):
+        assert ours["summary"][key] == local["summary"][key]
+    assert [(u["id"], u["hypothesis"], u["finals"], u["counts"], u["timing"]["first_token_ms"])
+            for u in ours["utterances"]] == [
+        (u["id"], u["hypothesis"], u["finals"], u["counts"], u["timing"]["first_token_ms"])
+        for u in local["utterances"]]
+    assert not (out / ".streamasr-ray").exists()
+
+
+def test_a_node_whose_model_copy_differs_refuses_to_decode(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The model by name, from each node's own cache: the head's copy has one byte changed."""
+    for node in cluster.nodes:
+        copy = node.cache / "tiny-local"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(MODEL, copy, ignore=shutil.ignore_patterns("test_wavs", "*chunk-32*"))
+    joiner = next((cluster.nodes[0].cache / "tiny-local").glob("joiner*chunk-16*"))
+    data = bytearray(joiner.read_bytes())
+    data[-1] ^= 0x01
+    joiner.write_bytes(bytes(data))
+    driver_cache = tmp_path / "driver-cache"
+    shutil.copytree(cluster.nodes[1].cache / "tiny-local", driver_cache / "tiny-local")
+    inputs = copies(tmp_path / "in", 9)
+    out = tmp_path / "out"
+    done = streamasr("file", *map(str, inputs), "--model", "tiny-local", "-o", str(out),
+                     "--ray", cluster.address,
+                     env={**cluster.env, "STREAMASR_HOME": str(driver_cache)})
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, done.stderr
+    assert "fails verification" in lines[0] and joiner.name in lines[0]
+    assert not (out / ".streamasr-ray").exists()  # only complete outputs are left
+
+
+def test_file_run_survives_a_lost_node_with_one_output_per_input(
+    cluster: Cluster, local_files: Path, tmp_path: Path
+) -> None:
+    inputs = copies(tmp_path / "in", 24)
+    out = tmp_path / "out"
+    done, seen = run_and_kill_a_node(
+        cluster, ["file", *map(str, inputs), "--model", MODEL, "-o", str(out), "--ray",
+                  cluster.address], out, "*.txt")
+    assert done.returncode == 0, done.stderr
+    assert 0 < seen < len(inputs), "the node was not killed mid-run"
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{p.stem}.txt" for p in inputs)
+    for path in inputs:
+        expected = (local_files / f"{source_of(path)}.txt").read_text()
+        assert (out / f"{path.stem}.txt").read_text() == expected.replace(
+            f"{source_of(path)}.wav", path.name)
+    assert done.stderr.count(" -> ") == len(inputs)  # one summary line per input
+
+
+def test_bench_run_survives_a_lost_node_counting_each_utterance_once(
+    cluster: Cluster, local_bench: dict[str, Any], tmp_path: Path
+) -> None:
+    inputs = copies(tmp_path / "in", 24)
+    texts = {u["id"]: u["reference"] for u in local_bench["settings"][0]["utterances"]}
+    manifest = tmp_path / "set.jsonl"
+    manifest.write_text("".join(
+        json.dumps({"audio_filepath": str(p), "text": texts[source_of(p)]}) + "\n"
+        for p in inputs))
+    out = tmp_path / "bench"
+    done, seen = run_and_kill_a_node(
+        cluster, ["bench", str(manifest), "--model", MODEL, "--out", str(out), "--ray",
+                  cluster.address], out / ".streamasr-ray" / "shards", "*.jsonl")
+    assert done.returncode == 0, done.stderr
+    assert seen > 0
+    doc = json.loads((out / "results.json").read_text())
+    setting = doc["settings"][0]
+    ids = [u["id"] for u in setting["utterances"]]
+    assert ids == [p.stem for p in inputs]  # each once, in dataset order
+    local = {u["id"]: u for u in local_bench["settings"][0]["utterances"]}
+    for row in setting["utterances"]:
+        assert row["hypothesis"] == local[source_of(Path(row["audio"]))]["hypothesis"]
+    summary = setting["summary"]
+    assert summary["utterances"] == len(inputs)
+    expected_ref = sum(local[source_of(p)]["counts"]["ref_units"] for p in inputs)
+    expected_err = sum(local[source_of(p)]["counts"]["errors"] for p in inputs)
+    assert summary["ref_units"] == expected_ref
+    assert summary["error_rate_pct"] == round(100 * expected_err / expected_ref, 2)
+    log_ids = [json.loads(line)["id"] for line in (out / "utterances.jsonl").open()]
+    assert sorted(log_ids) == sorted(ids)
+    assert doc["run"]["ray"]["settings"]["chunk 16"]["attempts"] >= len(
+        {i // doc["run"]["ray"]["settings"]["chunk 16"]["shard_size"] for i in range(24)})
