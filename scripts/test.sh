@@ -16,8 +16,9 @@ if ! dpkg -s "${DEBIAN_PACKAGES[@]}" >/dev/null 2>&1; then
 fi
 
 # Everything the tests need is declared in pyproject.toml: the `dev` extra (test tools) and
-# the `train` extra (what scripts/ need to rebuild, train and evaluate the bundled models).
-python -m pip install -q -e '.[dev,train,plot,serve]'
+# the `train` extra (what scripts/ need to rebuild, train and evaluate the bundled models),
+# and `ray` (the --ray tests start a three-node Ray cluster on 127.0.0.1).
+python -m pip install -q -c <(echo torch==2.13.0) -e '.[dev,train,plot,serve,ray]'
 # The `gpu` extra (NeMo, ~2.2 GB) on CPU torch: the NeMo parity tests run here too. The
 # constraint keeps pip from swapping this machine's CPU torch for a multi-GB CUDA build.
 python -m pip install -q -c <(echo torch==2.13.0) -e '.[gpu]'
