@@ -34,7 +34,7 @@ SPEECH_TEXT = "early see create show life and then mother walk seven nine"
 # something a machine holds only once, such as a Ray cluster) share a group: every file
 # whose name starts with the group's prefix runs on one worker, one after the other.
 SLOW_FILES_FIRST = (
-    "test_untrusted_models.py", "test_cli_hostile.py", "test_audio_input.py",
+    "test_ray_cluster.py", "test_untrusted_models.py", "test_cli_hostile.py", "test_audio_input.py",
     "test_bench_hardening.py", "test_chinese.py", "test_signals_workers.py",
     "test_latency.py", "test_models_reproducible.py", "test_gpu_flag.py",
     "test_endpointing.py", "test_open_data.py", "test_plugins_and_bounds.py",
