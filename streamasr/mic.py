@@ -4,27 +4,29 @@ The device is opened at its own sample rate (48 kHz USB microphones stay at 48 k
 resamples). The PortAudio callback only copies the block into a queue; decoding happens in
 the caller's loop, so a slow decode never blocks capture. What the queue holds is measured
 (`backlog_s`), and what PortAudio reports (input overflows/underflows) is counted.
+Choosing the device is `mic_devices`; saving what was captured is `wav_writer`.
 """
 
 from __future__ import annotations
 
-import errno
-import io
 import logging
 import queue
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
-from typing import Any, BinaryIO, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from streamasr.audio import to_mono
-from streamasr.errors import DependencyError, DeviceError, OutputError, UsageError
+from streamasr.errors import DeviceError, UsageError
+from streamasr.mic_devices import DeviceInfo, list_input_devices, load_sounddevice, select_device
+from streamasr.wav_writer import AudioWriter
+
+__all__ = [  # devices and saving live in their own modules; these names stay importable here
+    "AudioWriter", "DeviceInfo", "list_input_devices", "load_sounddevice", "select_device",
+]
 
 log = logging.getLogger("streamasr")
 
@@ -33,132 +35,6 @@ DEFAULT_MAX_BACKLOG_S = 30.0
 #: it wait forever.
 CLOSE_TIMEOUT_S = 1.0
 MAX_DEFAULT_CHANNELS = 2  # virtual devices (ALSA "pulse"/"default") advertise 32 channels
-
-INSTALL_PORTAUDIO = (
-    "install the PortAudio library: Debian/Ubuntu `sudo apt-get install libportaudio2`, "
-    "Fedora `sudo dnf install portaudio`, macOS `brew install portaudio`"
-)
-
-
-def load_sounddevice() -> ModuleType:
-    """Import sounddevice, turning a missing package or PortAudio library into advice."""
-    try:
-        import sounddevice
-    except ImportError as exc:
-        raise DependencyError(
-            "the sounddevice package is not installed; `pip install sounddevice`"
-        ) from exc
-    except OSError as exc:  # sounddevice raises OSError when libportaudio cannot be loaded
-        raise DependencyError(f"PortAudio was not found ({exc}); {INSTALL_PORTAUDIO}") from exc
-    return sounddevice
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """One input device as PortAudio describes it."""
-
-    index: int
-    name: str
-    hostapi: str
-    input_channels: int
-    sample_rate: int  # the device's native (default) rate
-    is_default: bool = False
-
-    def describe(self) -> str:
-        """`[3] USB Audio (ALSA)`: how devices are named in messages."""
-        return f"[{self.index}] {self.name} ({self.hostapi})"
-
-
-def list_input_devices(sd: ModuleType | None = None) -> list[DeviceInfo]:
-    """Every device with at least one input channel, default marked."""
-    sd = sd or load_sounddevice()
-    try:
-        devices = sd.query_devices()
-        hostapis = sd.query_hostapis()
-        default_in = _default_input_index(sd)
-    except sd.PortAudioError as exc:
-        raise DeviceError(f"PortAudio cannot list audio devices ({exc})") from exc
-    found = []
-    for device in devices:
-        if int(device["max_input_channels"]) < 1:
-            continue
-        index = int(device["index"])
-        found.append(
-            DeviceInfo(
-                index=index,
-                name=str(device["name"]),
-                hostapi=str(hostapis[int(device["hostapi"])]["name"]),
-                input_channels=int(device["max_input_channels"]),
-                sample_rate=round(float(device["default_samplerate"])),
-                is_default=index == default_in,
-            )
-        )
-    return found
-
-
-def _default_input_index(sd: ModuleType) -> int:
-    """PortAudio's default input device index, -1 when there is none."""
-    default = sd.default.device
-    try:
-        index = default[0]  # an (input, output) pair
-    except (TypeError, IndexError, KeyError):
-        index = default
-    try:
-        return int(index)
-    except (TypeError, ValueError):  # None, or a name set by the user
-        return -1
-
-
-NO_DEVICE_HELP = (
-    "no audio input device was found. Plug in a microphone (or a USB headset); on Linux check "
-    "that the sound server (PulseAudio or PipeWire) is running and `arecord -l` lists a "
-    "capture device, and that the ALSA PulseAudio plugin is installed "
-    "(Debian/Ubuntu: `sudo apt-get install libasound2-plugins`)"
-)
-
-
-def select_device(devices: list[DeviceInfo], spec: str | None) -> DeviceInfo:
-    """The device a user asked for: index, or case-insensitive name substring, or the default.
-
-    An exact name (case-insensitive) wins over substrings, so `pulse` is not ambiguous beside
-    `pulse monitor`. Unknown or ambiguous names list the candidates.
-    """
-    if not devices:
-        raise DeviceError(NO_DEVICE_HELP)
-    if spec is None or not spec.strip():
-        for device in devices:
-            if device.is_default:
-                return device
-        log.warning("no default input device; using %s", devices[0].describe())
-        return devices[0]
-    spec = spec.strip()
-    if spec.isdigit():
-        index = int(spec)
-        for device in devices:
-            if device.index == index:
-                return device
-        raise DeviceError(
-            f"no input device has index {index}; input devices are:\n{_listing(devices)}"
-        )
-    wanted = spec.casefold()
-    exact = [d for d in devices if d.name.casefold() == wanted]
-    if len(exact) == 1:
-        return exact[0]
-    matches = exact or [d for d in devices if wanted in d.name.casefold()]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise DeviceError(
-            f"no input device name contains {spec!r}; input devices are:\n{_listing(devices)}"
-        )
-    raise DeviceError(
-        f"{spec!r} matches {len(matches)} input devices; pass the index or a longer "
-        f"part of the name:\n{_listing(matches)}"
-    )
-
-
-def _listing(devices: list[DeviceInfo]) -> str:
-    return "\n".join(f"  {d.describe()}" for d in devices)
 
 
 @dataclass(frozen=True)
@@ -398,151 +274,3 @@ def _forget_portaudio_at_exit() -> None:
 def _sounddevice_stream(**kwargs: Any) -> InputStreamLike:
     sd = load_sounddevice()
     return sd.InputStream(**kwargs)
-
-
-class AudioWriter:
-    """Writes captured audio as it arrives, so a crash (even SIGKILL) loses at most one block.
-
-    `.wav` is written by hand as 32-bit IEEE float (WAVE_FORMAT_IEEE_FLOAT, 18-byte fmt
-    chunk with its cbSize field, and the `fact` chunk non-PCM formats carry). After every
-    block the sample data is written first and then the RIFF, fact and data sizes are
-    patched and flushed, so the header on disk never claims a sample that is not there.
-    The file therefore replays exactly the samples the live session fed the recognizer.
-    Other suffixes (.flac, ...) go through libsndfile, flushed per block.
-
-    A failed write (full disk) raises OutputError once; later writes and close() are quiet,
-    so the session can still flush its text.
-    """
-
-    def __init__(self, path: str, sample_rate: int) -> None:
-        self.path = path
-        self.sample_rate = sample_rate
-        self.frames = 0
-        self._broken = False
-        self._wav: BinaryIO | None = None
-        self._file: Any = None
-        if Path(path).suffix.lower() in (".wav", ".wave"):
-            try:
-                self._wav = open(path, "wb")  # noqa: SIM115 - closed by close()
-                self._wav.write(_float_wav_header(sample_rate, 0))
-                self._wav.flush()
-            except OSError as exc:
-                self._abandon()
-                if exc.errno in _FULL_ERRNOS:
-                    raise OutputError(
-                        f"--save {path}: cannot write the audio ({exc.strerror}); free some "
-                        "space or save elsewhere"
-                    ) from exc
-                raise UsageError(
-                    f"--save {path}: cannot write there ({exc.strerror or exc}); use a "
-                    "writable path ending in .wav (exact) or .flac"
-                ) from exc
-            return
-        import soundfile as sf
-
-        try:
-            self._file = sf.SoundFile(path, "w", samplerate=sample_rate, channels=1)
-        except (sf.LibsndfileError, RuntimeError, TypeError, ValueError, OSError) as exc:
-            raise UsageError(
-                f"--save {path}: cannot write audio there ({exc}); use a writable path "
-                "ending in .wav (exact) or .flac"
-            ) from exc
-
-    def write(self, samples: np.ndarray) -> None:
-        """Append one block and push it to disk, header included."""
-        if self._broken or len(samples) == 0:
-            return
-        try:
-            if self._wav is not None:
-                data = np.ascontiguousarray(samples, dtype="<f4").tobytes()
-                if _WAV_HEADER_BYTES + (self.frames + len(samples)) * 4 > _RIFF_MAX_BYTES:
-                    self._broken = True
-                    raise OutputError(
-                        f"--save {self.path}: a WAV file cannot hold more than 4 GiB "
-                        f"({self.frames / self.sample_rate / 3600:.1f} h here); save as .flac "
-                        "for longer sessions. The transcript is kept"
-                    )
-                self._wav.seek(0, io.SEEK_END)
-                self._wav.write(data)
-                self._wav.flush()  # samples first: the header never runs ahead of them
-                self._patch_sizes(self.frames + len(samples))
-            else:
-                self._file.write(samples)
-                self._file.flush()
-        except OSError as exc:
-            self._broken = True
-            raise OutputError(
-                f"--save {self.path}: cannot write the audio ({exc.strerror or exc}); free "
-                "some space or save elsewhere. The transcript is kept"
-            ) from exc
-        except RuntimeError as exc:  # libsndfile reports a full disk as a generic error
-            self._broken = True
-            raise OutputError(
-                f"--save {self.path}: cannot write the audio ({exc}); free some space or "
-                "save elsewhere. The transcript is kept"
-            ) from exc
-        self.frames += len(samples)
-
-    def _patch_sizes(self, frames: int) -> None:
-        wav = self._wav
-        if wav is None:
-            return
-        data_bytes = frames * 4
-        wav.seek(4)
-        wav.write(struct.pack("<I", _WAV_HEADER_BYTES - 8 + data_bytes))
-        wav.seek(_FACT_FRAMES_AT)
-        wav.write(struct.pack("<I", frames))
-        wav.seek(_DATA_SIZE_AT)
-        wav.write(struct.pack("<I", data_bytes))
-        wav.flush()
-
-    def close(self) -> None:
-        """Finish the file (idempotent; quiet after a failed write)."""
-        if self._wav is not None:
-            self._abandon()
-        elif self._file is not None and not self._file.closed:
-            try:
-                self._file.close()
-            except (OSError, RuntimeError) as exc:
-                log.debug("closing %s: %s", self.path, exc)
-
-    def _abandon(self) -> None:
-        wav, self._wav = self._wav, None
-        if wav is None:
-            return
-        try:
-            wav.close()
-        except OSError as exc:  # the last flush failed (disk full); the sizes on disk hold
-            log.debug("closing %s: %s", self.path, exc)
-
-
-_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
-_WAVE_FORMAT_IEEE_FLOAT = 3
-_FMT_BYTES = 18  # the 16-byte PCM fields plus cbSize, which non-PCM formats must carry
-_FACT_FRAMES_AT = 12 + 8 + _FMT_BYTES + 8
-_DATA_SIZE_AT = _FACT_FRAMES_AT + 4 + 4
-_WAV_HEADER_BYTES = _DATA_SIZE_AT + 4
-_RIFF_MAX_BYTES = 0xFFFFFFFF
-
-
-def _float_wav_header(sample_rate: int, frames: int) -> bytes:
-    """RIFF/WAVE header for mono 32-bit float: fmt (with cbSize 0), fact, data."""
-    data_bytes = frames * 4
-    fmt = struct.pack(
-        "<HHIIHHH", _WAVE_FORMAT_IEEE_FLOAT, 1, sample_rate, sample_rate * 4, 4, 32, 0
-    )
-    header = (
-        b"RIFF"
-        + struct.pack("<I", _WAV_HEADER_BYTES - 8 + data_bytes)
-        + b"WAVE"
-        + b"fmt "
-        + struct.pack("<I", _FMT_BYTES)
-        + fmt
-        + b"fact"
-        + struct.pack("<II", 4, frames)
-        + b"data"
-        + struct.pack("<I", data_bytes)
-    )
-    if len(header) != _WAV_HEADER_BYTES:  # pragma: no cover - a layout mistake in this module
-        raise RuntimeError("WAV header layout is inconsistent")
-    return header
