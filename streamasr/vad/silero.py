@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
+import weakref
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -80,6 +83,53 @@ def _check_inputs(path: Path) -> None:
         )
 
 
+#: Loaded models not in use, by (file, threshold): loading one costs tens of milliseconds,
+#: which a bench of thousands of short utterances, or a server's connections, would pay each.
+_IDLE: dict[tuple[str, float], list[Any]] = {}
+_IDLE_LOCK = threading.Lock()
+_MAX_IDLE = 16
+
+
+def _acquire(options: VadOptions) -> tuple[tuple[str, float], Any]:
+    """A model for one stream: an idle one, reset, or a new one."""
+    key = (str(options.model or BUNDLED_MODEL), options.threshold)
+    with _IDLE_LOCK:
+        idle = _IDLE.get(key)
+        model = idle.pop() if idle else None
+    if model is not None:
+        model.reset()
+        return key, model
+    return key, _load(options)
+
+
+def _release(key: tuple[str, float], model: Any) -> None:
+    with _IDLE_LOCK:
+        idle = _IDLE.setdefault(key, [])
+        if len(idle) < _MAX_IDLE:
+            idle.append(model)
+
+
+def _load(options: VadOptions) -> Any:
+    import sherpa_onnx
+
+    config = sherpa_onnx.VadModelConfig()
+    config.silero_vad.model = str(model_path(options))
+    config.silero_vad.threshold = options.threshold
+    # no hysteresis in the engine: SileroDetector applies its own (module docstring)
+    config.silero_vad.min_speech_duration = 0.0
+    config.silero_vad.min_silence_duration = 0.0
+    config.sample_rate = VAD_RATE_HZ
+    config.num_threads = 1
+    try:
+        return sherpa_onnx.VadModel.create(config)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelError(
+            f"the Silero VAD model could not be loaded ({first}); "
+            "pass --vad-model a Silero VAD .onnx file (v5 or later)"
+        ) from None
+
+
 class SileroDetector:
     """Speech starts and ends from Silero VAD, fed blocks at any rate and size.
 
@@ -93,23 +143,9 @@ class SileroDetector:
     onset_source = "silero_vad"
 
     def __init__(self, sample_rate: int, options: VadOptions) -> None:
-        import sherpa_onnx
-
-        config = sherpa_onnx.VadModelConfig()
-        config.silero_vad.model = str(model_path(options))
-        config.silero_vad.threshold = options.threshold
-        config.silero_vad.min_speech_duration = 0.0
-        config.silero_vad.min_silence_duration = 0.0
-        config.sample_rate = VAD_RATE_HZ
-        config.num_threads = 1
-        try:
-            self._model = sherpa_onnx.VadModel.create(config)
-        except RuntimeError as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ModelError(
-                f"the Silero VAD model could not be loaded ({first}); "
-                "pass --vad-model a Silero VAD .onnx file (v5 or later)"
-            ) from None
+        key, self._model = _acquire(options)
+        # back to the pool when this detector goes (its stream ended)
+        weakref.finalize(self, _release, key, self._model)
         self._context = max(0, self._model.window_size() - WINDOW)
         self._min_speech = max(1, math.ceil(options.min_speech_s * VAD_RATE_HZ / WINDOW))
         self._min_silence = max(1, math.ceil(options.min_silence_s * VAD_RATE_HZ / WINDOW))
