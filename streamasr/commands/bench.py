@@ -293,6 +293,7 @@ def run_bench(request: BenchRequest) -> bool:
             "block_ms": group.block_ms,
             "tail_padding_s": group.tail_padding_s,
             "onset_dbfs": group.onset_dbfs,
+            "vad": asdict(stream.vad),
             "metric": metric,
             "realtime": request.realtime,
             "streams": request.stream_counts(),
