@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from streamasr.backends.base import BackendEntry
+from streamasr.backends.base import DEFAULT_THREADS, BackendEntry
 from streamasr.backends.nemo.budget import nemo_budget
 from streamasr.backends.sherpa.budget import (
     PUBLISHED_ALIASES,
@@ -234,7 +234,7 @@ def latency_command(
     device: Annotated[
         str, typer.Option(help="Where --measure runs the model: cpu, cuda or cuda:N (NeMo).")
     ] = "cpu",
-    threads: Annotated[int, typer.Option(help="CPU threads for --measure.")] = 1,
+    threads: Annotated[int, typer.Option(help="CPU threads for --measure.")] = DEFAULT_THREADS,
     fp32: Annotated[bool, typer.Option("--fp32", help="Measure fp32 files even if int8 exist.")]
     = False,
     engine_option: Annotated[
