@@ -11,16 +11,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from streamasr.cluster.address import LOCAL, check_address
+from streamasr.cluster.address import AUTO, LOCAL, check_address
 from streamasr.errors import ClusterError, DependencyError
 
 log = logging.getLogger("streamasr")
 
 INSTALL_HINT = "pip install 'streamasr[ray]'"
+CONNECT_TIMEOUT_S = 5.0
 
 
 def require_ray() -> ModuleType:
@@ -55,6 +57,7 @@ def connect(address: str) -> ClusterInfo:
     with what to check when it cannot be reached."""
     address = check_address(address)
     ray = require_ray()
+    check_reachable(address)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # never phone home from a CLI
     kwargs: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False,
                               "configure_logging": True}
@@ -64,13 +67,29 @@ def connect(address: str) -> ClusterInfo:
         kwargs.update(address=address)
     try:
         ray.init(**kwargs)
-    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+    except Exception as exc:  # Ray raises many kinds: refused, timed out, wrong token
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ClusterError(
             f"--ray {address}: cannot join the cluster ({reason}); check that `ray start "
             "--head` runs there and that the address and port are right"
         ) from None
     return describe_cluster(address)
+
+
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """HOST:PORT and ray://HOST:PORT: something must answer there (Ray itself would retry
+    for minutes before saying so)."""
+    if address in (LOCAL, AUTO):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ClusterError(
+            f"--ray {address}: nothing answers there ({reason}); start the head node with "
+            f"`ray start --head --port {port}`, or check the address"
+        ) from None
 
 
 def describe_cluster(address: str) -> ClusterInfo:
