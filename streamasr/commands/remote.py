@@ -57,6 +57,12 @@ def check_remote_options(options: ModelOptions) -> None:
                 f"{flag} is the server's setting; with --server drop it (the server was "
                 "started with its model options)"
             )
+    for name in options.engine:  # an engine's own options are the server's too
+        flag = "--" + name.replace("_", "-")
+        raise UsageError(
+            f"{flag} is the server's setting; with --server drop it (the server was "
+            "started with its model options)"
+        )
 
 
 def session_settings(options: ModelOptions) -> dict[str, object]:
