@@ -234,6 +234,7 @@ def run_bench(request: BenchRequest) -> bool:
         swept_records,
     )
     from streamasr.bench.tables import TableColumns
+    from streamasr.commands.bench_output import note_int8_batching, show_results
     from streamasr.commands.options import (
         backend_and_device,
         chosen_backend,
@@ -331,12 +332,12 @@ def run_bench(request: BenchRequest) -> bool:
         # stopped by a signal: what finished is written and shown, then the stop goes on
         doc["stopped"] = _stopped_record(results, len(data.utterances) * len(settings))
         write_results(request.out, doc)
-        _show(doc, request.out)
+        show_results(doc, request.out)
         raise KeyboardInterrupt
     checks = compare(baseline, doc, rules) if baseline is not None else []
     write_results(request.out, doc, checks)
-    _show(doc, request.out)
-    _note_int8_batching(settings, str(request.streams))
+    show_results(doc, request.out)
+    note_int8_batching(settings, str(request.streams))
     if request.plot is not None:
         from streamasr.bench.plot import plot_tradeoff
 
@@ -355,22 +356,6 @@ def run_bench(request: BenchRequest) -> bool:
             highlight=False,
         )
     return bool(failed)
-
-
-def _show(doc: dict[str, Any], out: Path) -> None:
-    """The results table and the notes under it, on stderr."""
-    from streamasr.bench.results import rich_table
-
-    # a terminal gets its own width; a log file or pipe gets the table's natural width,
-    # not 80 columns that would cut the figures of a wide sweep
-    table = rich_table(doc)
-    if err_console.is_terminal:
-        err_console.print(table)
-    else:
-        from rich.console import Console
-
-        Console(file=err_console.file, width=160, color_system=None).print(table)
-    _print_notes(doc, out)
 
 
 def _stopped_record(results: list[dict[str, Any]], planned: int) -> dict[str, Any]:
@@ -453,65 +438,3 @@ def _run_all(
                     results.append(setting_record(setting.name, info, summary, done))
                 return results, False
     return results, True
-
-
-def _note_int8_batching(settings: list[Any], streams: str) -> None:
-    """Say plainly that int8 batches are not bit-exact, whenever an int8 model is batched."""
-    most = max((int(p) for p in streams.split(",") if p.strip().isdigit()), default=1)
-    int8 = [
-        s.name
-        for s in settings
-        if any(".int8." in p.name for p in s.recognizer.info.model_files)
-    ]
-    if most > 1 and int8:
-        err_console.print(
-            f"note: the int8 encoder ({', '.join(int8)}) quantises activations with one "
-            "scale per batch: batch companions can move a token time or change a word, so "
-            "the batched rows are not bit-exact with one stream (the one-stream rows are). "
-            "Use --fp32 for exact batching; see the README's Performance section",
-            highlight=False,
-            markup=False,
-        )
-
-
-def _print_notes(doc: dict[str, Any], out: Path) -> None:
-    """Skipped rows, failures and where the files went, under the table."""
-    from streamasr.bench import report
-
-    data = doc["dataset"]
-    if data["bad_rows"] or data["missing_audio"]:
-        err_console.print(
-            f"skipped {len(data['bad_rows'])} bad rows, {len(data['missing_audio'])} "
-            "utterances with missing audio (listed in results.md)",
-            highlight=False,
-        )
-    for setting in doc["settings"]:
-        summary = setting["summary"]
-        if summary.get("text_before_onset"):
-            err_console.print(
-                f"{setting['name']}: {summary['text_before_onset']} utterance(s) showed text "
-                "before the speech onset (first token counted as 0 ms, left out of the "
-                "percentiles)",
-                highlight=False,
-                markup=False,
-            )
-        for info in report.streams_entries(summary):
-            if not info.get("same_text", info["identical"]):
-                err_console.print(
-                    f"[red]warning:[/red] {setting['name']}: batching {info['n']} streams "
-                    f"changed the text of {escape(', '.join(info['text_mismatched'][:5]))}",
-                    highlight=False,
-                )
-            elif not info["identical"]:
-                err_console.print(
-                    f"{setting['name']}: {info['n']} streams: same text; token times differ "
-                    f"for {len(info['mismatched'])} utterance(s) (int8 models quantise each "
-                    "batch as a whole; see the README)",
-                    highlight=False,
-                    markup=False,
-                )
-    err_console.print(
-        f"results: {out / 'results.json'}, {out / 'results.md'}, {out / RECORDS_NAME}",
-        highlight=False,
-        markup=False,
-    )

@@ -1,0 +1,89 @@
+"""What `streamasr bench` prints after a run, on stderr: the results table and the notes under
+it (skipped rows, text before onset, batching that changed text, where the files went)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from streamasr.bench.outdir import RECORDS_NAME
+from streamasr.commands.common import err_console
+from streamasr.render import escape
+
+
+def show_results(doc: dict[str, Any], out: Path) -> None:
+    """The results table and the notes under it, on stderr."""
+    from streamasr.bench.results import rich_table
+
+    # a terminal gets its own width; a log file or pipe gets the table's natural width,
+    # not 80 columns that would cut the figures of a wide sweep
+    table = rich_table(doc)
+    if err_console.is_terminal:
+        err_console.print(table)
+    else:
+        from rich.console import Console
+
+        Console(file=err_console.file, width=160, color_system=None).print(table)
+    _print_notes(doc, out)
+
+
+def note_int8_batching(settings: list[Any], streams: str) -> None:
+    """Say plainly that int8 batches are not bit-exact, whenever an int8 model is batched."""
+    most = max((int(p) for p in streams.split(",") if p.strip().isdigit()), default=1)
+    int8 = [
+        s.name
+        for s in settings
+        if any(".int8." in p.name for p in s.recognizer.info.model_files)
+    ]
+    if most > 1 and int8:
+        err_console.print(
+            f"note: the int8 encoder ({', '.join(int8)}) quantises activations with one "
+            "scale per batch: batch companions can move a token time or change a word, so "
+            "the batched rows are not bit-exact with one stream (the one-stream rows are). "
+            "Use --fp32 for exact batching; see the README's Performance section",
+            highlight=False,
+            markup=False,
+        )
+
+
+def _print_notes(doc: dict[str, Any], out: Path) -> None:
+    """Skipped rows, failures and where the files went, under the table."""
+    from streamasr.bench.report import streams_entries
+
+    data = doc["dataset"]
+    if data["bad_rows"] or data["missing_audio"]:
+        err_console.print(
+            f"skipped {len(data['bad_rows'])} bad rows, {len(data['missing_audio'])} "
+            "utterances with missing audio (listed in results.md)",
+            highlight=False,
+        )
+    for setting in doc["settings"]:
+        summary = setting["summary"]
+        if summary.get("text_before_onset"):
+            err_console.print(
+                f"{setting['name']}: {summary['text_before_onset']} utterance(s) showed text "
+                "before the speech onset (first token counted as 0 ms, left out of the "
+                "percentiles)",
+                highlight=False,
+                markup=False,
+            )
+        for info in streams_entries(summary):
+            if not info.get("same_text", info["identical"]):
+                err_console.print(
+                    f"[red]warning:[/red] {setting['name']}: batching {info['n']} streams "
+                    f"changed the text of {escape(', '.join(info['text_mismatched'][:5]))}",
+                    highlight=False,
+                )
+            elif not info["identical"]:
+                err_console.print(
+                    f"{setting['name']}: {info['n']} streams: same text; token times differ "
+                    f"for {len(info['mismatched'])} utterance(s) (int8 models quantise each "
+                    "batch as a whole; see the README)",
+                    highlight=False,
+                    markup=False,
+                )
+    err_console.print(
+        f"results: {out / 'results.json'}, {out / 'results.md'}, {out / RECORDS_NAME}",
+        highlight=False,
+        markup=False,
+    )
