@@ -79,5 +79,5 @@ def open_model(
     entry = choose_backend(model, backend)
     given = {**base.own, **engine_fields}
     engine = engine_options(entry, given, threads=threads, device=device)
-    recognizer = load_recognizer(model, engine, backend)
+    recognizer = load_recognizer(model, engine, backend, entry)
     return Model(recognizer, stream_options or StreamOptions())

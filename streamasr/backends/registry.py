@@ -190,10 +190,14 @@ def choose_backend(model: str | None, name: str | None = None) -> BackendEntry:
 
 
 def load_recognizer(
-    model: str | None, options: EngineOptions, backend: str | None = None
+    model: str | None,
+    options: EngineOptions,
+    backend: str | None = None,
+    entry: BackendEntry | None = None,
 ) -> Recognizer:
-    """Load `model` with the backend that fits it: the only way commands open an engine."""
-    return choose_backend(model, backend).load(model, options)
+    """Load `model` with the backend that fits it: the only way commands open an engine.
+    `entry`: the backend already chosen for the options (so it is not chosen twice)."""
+    return (entry or choose_backend(model, backend)).load(model, options)
 
 
 def installed() -> list[BackendEntry]:

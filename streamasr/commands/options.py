@@ -440,11 +440,12 @@ def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOpti
 
     feed = stream_options(options, paced=paced)
     backend, _ = backend_and_device(options)
-    engine = engine_options(options)
+    entry = chosen_backend(options)  # once: the options are parsed by it, and it loads
+    engine = engine_options(options, entry)
     verify_model(options)
     from streamasr.commands.models import offer_download
 
     offer_download(options.model)
-    recognizer = load_recognizer(options.model, engine, backend)
+    recognizer = load_recognizer(options.model, engine, backend, entry)
     log.info("model: %s", recognizer.description)
     return recognizer, feed

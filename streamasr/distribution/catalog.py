@@ -14,6 +14,7 @@ and of every installed file in the model's manifest (see `streamasr.distribution
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -333,8 +334,13 @@ CATALOG: tuple[CatalogEntry, ...] = (
 )
 
 
+@functools.cache
 def find(name: str) -> CatalogEntry | None:
-    """The entry whose release name or alias is `name` (aliases match case-insensitively)."""
+    """The entry whose release name or alias is `name` (aliases match case-insensitively).
+
+    Loading a model asks this from several places (the backend choice, the model folder,
+    the cache); the table is scanned once per name and process.
+    """
     for entry in CATALOG:
         if name == entry.name or name.lower() in (a.lower() for a in entry.aliases):
             return entry

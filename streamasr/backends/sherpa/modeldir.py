@@ -281,10 +281,9 @@ def _model_directory(model: str | None) -> Path:
     cached = cache.open_cached(model)  # pulled with `streamasr models pull`; checked first
     if cached is not None:
         return cached
-    entry = catalog.find(model)
-    if entry is not None:
+    if released is not None:
         raise ModelError(
-            f"model {model!r} ({entry.name}) is not downloaded yet; run "
+            f"model {model!r} ({released.name}) is not downloaded yet; run "
             f"`streamasr models pull {model}`, or pass --model DIR"
         )
     if path.exists():
