@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -218,3 +219,28 @@ def test_bench_run_survives_a_lost_node_counting_each_utterance_once(
     assert sorted(log_ids) == sorted(ids)
     assert doc["run"]["ray"]["settings"]["chunk 16"]["attempts"] >= len(
         {i // doc["run"]["ray"]["settings"]["chunk 16"]["shard_size"] for i in range(24)})
+
+
+def test_ctrl_c_cancels_the_tasks_and_leaves_only_complete_outputs(
+    cluster: Cluster, local_files: Path, tmp_path: Path
+) -> None:
+    inputs = copies(tmp_path / "in", 24)
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamasr", "file", *map(str, inputs), "--model", MODEL,
+         "-o", str(out), "--format", "txt,srt", "--ray", cluster.address],
+        cwd=REPO, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + RUN_LIMIT_S
+    while not list(out.glob("*.srt")) and process.poll() is None:
+        assert time.monotonic() < deadline, "no output appeared"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=RUN_LIMIT_S)
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr
+    written = sorted(out.iterdir())
+    assert 0 < len(written) < 2 * len(inputs), "the run was not stopped midway"
+    for path in written:  # every file there is whole: as a local run writes it
+        source = source_of(path)
+        expected = (local_files / f"{source}{path.suffix}").read_text()
+        assert path.read_text() == expected.replace(f"{source}.wav", f"{path.stem}.wav")
