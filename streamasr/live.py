@@ -10,18 +10,22 @@ the "streamasr" logger. `streamasr mic` passes one that prints them on stderr.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Literal
+
+import numpy as np
 
 from streamasr import interrupts
 from streamasr.backends.base import Recognizer
+from streamasr.driver import drive
 from streamasr.errors import OutputError
 from streamasr.events import Event, FirstToken, StreamSummary
 from streamasr.level import LevelMeter, LevelReading, LevelTotals
-from streamasr.mic import AudioWriter, MicSource
+from streamasr.mic import AudioWriter, CapturedBlock, MicSource
 from streamasr.render import JsonlRenderer, Renderer
 from streamasr.stream import StreamOptions, StreamSession
 
@@ -189,112 +193,146 @@ def run_capture(
 ) -> StreamSummary | None:
     """The live loop: capture -> save -> decode -> render, until duration, Ctrl-C or error.
 
+    The decoding is the one driver's (driver.py); this adds what only a microphone needs:
+    the session starts at the first captured block (its wall clock is the capture's), the
+    audio is saved as it arrives, and the level, the backlog and lost audio are watched.
     Whatever stops it, the last final is flushed, the summary rendered and the files closed
     before the exception (KeyboardInterrupt, DeviceError) propagates.
     """
-    session: StreamSession | None = None
-    limit = round(duration_s * source.sample_rate) if duration_s is not None else None
-    fed = captured = 0
-    clock: CaptureClock | None = None
-    last_warn = {"backlog": 0.0, "overflow": 0.0}
-    seen_overflows = 0
-    seen_dropped = 0
-    name = source.device.describe()
-    # the meter runs on audio time: a backlog must not make silence look shorter or longer
-    meter = LevelMeter(source.sample_rate, clock=lambda: fed / source.sample_rate)
-    reading: LevelReading | None = None
-
-    def wrap_up() -> StreamSummary | None:
-        """Flush the last final, the summary, the files and the end report."""
-        source.close()
-        summary = None
-        if session is not None:
-            for event in session.finish():
-                output.event(event)
-            summary = session.summary()
-            output.end(summary)
-        if writer is not None:
-            writer.close()
-        output.close()
-        _report_end(source, output, summary, writer)
-        _report_level(output, meter.totals())
-        return summary
+    capture = _Capture(source, output, writer, duration_s)
+    summary: StreamSummary | None = None
 
     def abandoned() -> None:
-        """The engine hung and a stop signal came: all of the above but the last decode."""
-        summary = session.summary() if session is not None else None
-        if summary is not None:
-            output.end(summary)
+        """The engine hung and a stop signal came: the files and the end report (the
+        driver renders the summary of what was recognised)."""
         if writer is not None:
             writer.close()
         output.close()
-        _report_end(source, output, summary, writer)
+        _report_end(source, output, capture.summary(), writer)
 
     source.start()
     with interrupts.on_abandon(abandoned):
         try:
-            for block in source.blocks():
-                samples = block.samples
-                if limit is not None:
-                    samples = samples[: limit - fed]
-                captured += len(block.samples)
-                if session is None or clock is None:
-                    clock = CaptureClock(block.arrived_s, len(block.samples) / source.sample_rate)
-                    live = dataclasses.replace(options, paced=True)  # a microphone is live
-                    session = StreamSession(recognizer, source.sample_rate, name, live, clock)
-                    output.begin(name)
-                    mix = (
-                        f"channel {source.channel}"
-                        if source.channel
-                        else f"{source.channels} channel(s) averaged"
-                    )
-                    output.say(
-                        f"listening: {name}, {source.sample_rate} Hz, {mix}; Ctrl-C to stop", "info"
-                    )
-                clock.observe(block.arrived_s, captured / source.sample_rate)
-                if writer is not None:
-                    writer.write(samples)
-                fed += len(samples)
-                for event in session.feed(samples):
-                    output.event(event)
-                output.raise_log_error()
-                if len(samples):
-                    previous, reading = reading, meter.update(samples)
-                    output.level(reading, previous)
-                stats = source.stats()
-                now = time.monotonic()
-                backlog = source.backlog_s
-                if backlog >= BACKLOG_WARN_S and now - last_warn["backlog"] >= WARN_EVERY_S:
-                    last_warn["backlog"] = now
-                    output.say(
-                        f"decoding is behind real time: {backlog:.1f} s of captured audio waiting",
-                        "warn",
-                    )
-                if stats.dropped_blocks > seen_dropped:
-                    seen_dropped = stats.dropped_blocks
-                    output.say(
-                        f"dropped {stats.dropped_s:.1f} s of audio in total: the backlog "
-                        "reached --max-backlog",
-                        "alarm",
-                    )
-                if (
-                    stats.input_overflows > seen_overflows
-                    and now - last_warn["overflow"] >= WARN_EVERY_S
-                ):
-                    seen_overflows = stats.input_overflows
-                    last_warn["overflow"] = now
-                    output.say(
-                        f"PortAudio reported {seen_overflows} input overflow(s): audio was "
-                        "lost before it reached streamasr",
-                        "warn",
-                    )
-                if limit is not None and fed >= limit:
-                    break
+            blocks = source.blocks()
+            first = next(blocks, None)
+            if first is not None:
+                clock = CaptureClock(first.arrived_s, len(first.samples) / source.sample_rate)
+                live = dataclasses.replace(options, paced=True)  # a microphone is live
+                name = source.device.describe()
+                capture.session = StreamSession(
+                    recognizer, source.sample_rate, name, live, clock
+                )
+                output.begin(name)
+                mix = (
+                    f"channel {source.channel}"
+                    if source.channel
+                    else f"{source.channels} channel(s) averaged"
+                )
+                output.say(
+                    f"listening: {name}, {source.sample_rate} Hz, {mix}; Ctrl-C to stop", "info"
+                )
+                summary = drive(
+                    capture.session,
+                    capture.samples(first, blocks, clock),
+                    output,
+                    after_block=capture.watch,
+                )
         finally:
             # a stop signal now must not cut the flush in half: it is raised after it
             with interrupts.deferred():
-                summary = wrap_up()
+                source.close()
+                if writer is not None:
+                    writer.close()
+                output.close()
+                _report_end(source, output, capture.summary(), writer)
+                _report_level(output, capture.meter.totals())
     return summary
+
+
+class _Capture:
+    """What the microphone adds around the driver: saving, the duration limit, the meter,
+    and the warnings about a backlog, dropped blocks and input overflows."""
+
+    def __init__(
+        self,
+        source: MicSource,
+        output: SessionOutput,
+        writer: AudioWriter | None,
+        duration_s: float | None,
+    ) -> None:
+        self.source = source
+        self.output = output
+        self.writer = writer
+        self.session: StreamSession | None = None
+        self.limit = round(duration_s * source.sample_rate) if duration_s is not None else None
+        self.fed = 0
+        self.captured = 0
+        # the meter runs on audio time: a backlog must not make silence look shorter or longer
+        self.meter = LevelMeter(source.sample_rate, clock=lambda: self.fed / source.sample_rate)
+        self.reading: LevelReading | None = None
+        self._last_warn = {"backlog": 0.0, "overflow": 0.0}
+        self._seen_overflows = 0
+        self._seen_dropped = 0
+
+    def summary(self) -> StreamSummary | None:
+        """The session's summary so far (None: no audio was captured)."""
+        return self.session.summary() if self.session is not None else None
+
+    def samples(
+        self, first: CapturedBlock, rest: Iterator[CapturedBlock], clock: CaptureClock
+    ) -> Iterator[np.ndarray]:
+        """The samples to decode, saved as they pass; ends at the duration limit. Closing it
+        (the driver does, before the last decode) stops the capture."""
+        try:
+            for block in itertools.chain([first], rest):
+                samples = block.samples
+                if self.limit is not None:
+                    samples = samples[: self.limit - self.fed]
+                self.captured += len(block.samples)
+                clock.observe(block.arrived_s, self.captured / self.source.sample_rate)
+                if self.writer is not None:
+                    self.writer.write(samples)
+                self.fed += len(samples)
+                yield samples
+                if self.limit is not None and self.fed >= self.limit:
+                    return
+        finally:
+            self.source.close()
+
+    def watch(self, samples: np.ndarray) -> None:
+        """After each decoded block: the --log file, the level, backlog and lost audio."""
+        output, source = self.output, self.source
+        output.raise_log_error()
+        if len(samples):
+            previous, self.reading = self.reading, self.meter.update(samples)
+            output.level(self.reading, previous)
+        stats = source.stats()
+        now = time.monotonic()
+        backlog = source.backlog_s
+        if backlog >= BACKLOG_WARN_S and now - self._last_warn["backlog"] >= WARN_EVERY_S:
+            self._last_warn["backlog"] = now
+            output.say(
+                f"decoding is behind real time: {backlog:.1f} s of captured audio waiting",
+                "warn",
+            )
+        if stats.dropped_blocks > self._seen_dropped:
+            self._seen_dropped = stats.dropped_blocks
+            output.say(
+                f"dropped {stats.dropped_s:.1f} s of audio in total: the backlog "
+                "reached --max-backlog",
+                "alarm",
+            )
+        if (
+            stats.input_overflows > self._seen_overflows
+            and now - self._last_warn["overflow"] >= WARN_EVERY_S
+        ):
+            self._seen_overflows = stats.input_overflows
+            self._last_warn["overflow"] = now
+            output.say(
+                f"PortAudio reported {self._seen_overflows} input overflow(s): audio was "
+                "lost before it reached streamasr",
+                "warn",
+            )
 
 
 def _report_end(
