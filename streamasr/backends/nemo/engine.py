@@ -13,8 +13,10 @@ torch and nemo are imported inside functions: `import streamasr` must not need t
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +55,9 @@ def format_context(att_context_size: Sequence[int]) -> str:
 class NemoRecognizer:
     """A loaded NeMo cache-aware streaming model at one trained look-ahead.
 
-    `threads` sets torch's CPU threads (None leaves torch's default, one per core).
+    `threads` sets torch's CPU threads for this recognizer's own work (None leaves torch's
+    default, one per core): torch's count is process-wide, so each step sets it and gives
+    the previous count back (`own_threads`).
     `cache_aware_only=False` lets a model that is not cache-aware (band attention or
     non-causal convolutions) be streamed the same way: its output then differs from offline,
     which is what the counter-example test measures. Users get the refusal.
@@ -78,8 +82,7 @@ class NemoRecognizer:
         if threads is not None:
             if threads < 1:
                 raise UsageError(f"--threads must be at least 1, got {threads}")
-            # process-wide in torch; on a busy machine more threads than free cores spin
-            torch.set_num_threads(threads)
+        self.threads = threads
         require_nemo()
         self.path = Path(path)
         if not self.path.is_file():
@@ -89,7 +92,10 @@ class NemoRecognizer:
             )
         model = load_model(torch, self.path, self.device, trust_config)
         self.model = model.eval()
-        self.encoder = model.encoder
+        # a shallow copy shares the weights and owns the look-ahead (NeMo keeps it on the
+        # encoder: att_context_size, streaming_cfg), so recognizers of one .nemo at
+        # different look-aheads never switch each other's
+        self.encoder = copy.copy(model.encoder)
         self.max_symbols = max_symbols
         self._check_streaming(cache_aware_only)
         self.att_context_size = self._pick_context(att_context_size)
@@ -160,10 +166,24 @@ class NemoRecognizer:
             )
         return wanted
 
-    def _apply_context(self) -> None:
-        """Put this recognizer's look-ahead on the (possibly shared) encoder."""
-        if [int(v) for v in self.encoder.att_context_size] != self.att_context_size:
-            self._setup_streaming()
+    @contextlib.contextmanager
+    def own_threads(self) -> Iterator[None]:
+        """Run torch work on this recognizer's thread count, then restore the previous one:
+        two recognizers with different counts in one process compute as each does alone.
+        (Concurrent steps on several Python threads would still share the one setting.)"""
+        if self.threads is None:
+            yield
+            return
+        import torch
+
+        before = torch.get_num_threads()
+        if before != self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            yield
+        finally:
+            if before != self.threads:
+                torch.set_num_threads(before)
 
     def _setup_streaming(self) -> None:
         left, right = self.att_context_size
@@ -296,8 +316,7 @@ class NemoRecognizer:
         import torch
 
         plan = plans[0]
-        self._apply_context()
-        with torch.inference_mode():
+        with self.own_threads(), torch.inference_mode():
             window = torch.stack([s.features(p) for s, p in zip(streams, plans, strict=True)])
             lengths = torch.full((len(streams),), plan.end - plan.start, device=self.device)
             caches = [
@@ -375,8 +394,7 @@ class NemoRecognizer:
         """The whole 16 kHz utterance through preprocessor, encoder and decoder at once."""
         import torch
 
-        self._apply_context()
-        with torch.inference_mode():
+        with self.own_threads(), torch.inference_mode():
             signal = torch.from_numpy(np.ascontiguousarray(samples, np.float32))
             signal = signal.to(self.device)[None]
             length = torch.tensor([signal.shape[1]], device=self.device)

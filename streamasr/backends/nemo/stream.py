@@ -70,17 +70,19 @@ class NemoStream:
                 log.debug("resampling %d Hz input to %d Hz", sample_rate, SAMPLE_RATE)
                 self._resampler = StreamResampler(sample_rate, SAMPLE_RATE)
             samples = self._resampler(samples)
-        self._mel.accept(samples)
-        self._pull_features()
+        with self.rec.own_threads():
+            self._mel.accept(samples)
+            self._pull_features()
 
     def input_finished(self) -> None:
         """No more audio: flush the resampler; the last partial chunk becomes ready."""
         if self._finished:
             return
-        if self._resampler is not None:
-            self._mel.accept(self._resampler.flush())
-        self._mel.finish()
-        self._pull_features()
+        with self.rec.own_threads():
+            if self._resampler is not None:
+                self._mel.accept(self._resampler.flush())
+            self._mel.finish()
+            self._pull_features()
         self._finished = True
 
     def _pull_features(self) -> None:
