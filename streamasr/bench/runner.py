@@ -1,14 +1,14 @@
 """Run dataset utterances through the streaming loop, one at a time or N in batches.
 
-Sequential runs use `StreamSession` exactly as `streamasr file` does. Batched runs (`--streams
-N`) keep N sessions open and let sherpa-onnx run one encoder step over every stream that has
-a chunk ready (`decode_streams`). Each session still sees, per stream, the very same sequence
-of accept / step / endpoint check / reset as in a sequential run. With fp32 models the two
-give identical results. int8 models quantise activations dynamically, with one scale per
-tensor, so the other streams in a batch nudge a stream's numbers: the text has stayed the
-same on every set tried, but a token can be stamped one output frame (40 ms) later
-(`scripts/batch_timestamps.py` shows it on bare sherpa-onnx). Every `--streams` run reports
-both comparisons.
+Sequential runs go through the one driver (driver.py) exactly as `streamasr file` does.
+Batched runs (`--streams N`) keep N sessions open and let sherpa-onnx run one encoder step
+over every stream that has a chunk ready (`decode_streams`). Each session still sees, per
+stream, the very same sequence of accept / step / endpoint check / reset as in a sequential
+run. With fp32 models the two give identical results. int8 models quantise activations
+dynamically, with one scale per tensor, so the other streams in a batch nudge a stream's
+numbers: the text has stayed the same on every set tried, but a token can be stamped one
+output frame (40 ms) later (`scripts/batch_timestamps.py` shows it on bare sherpa-onnx).
+Every `--streams` run reports both comparisons.
 """
 
 from __future__ import annotations
@@ -246,7 +246,8 @@ def run_batched(
     on_done: Callable[[UtteranceRecord], None] = lambda record: None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[UtteranceRecord]:
-    """Decode up to `streams` utterances at once with the recognizer's batched step.
+    """Decode up to `streams` utterances at once with the recognizer's batched step (not
+    the driver, whose loop steps one stream: the server's scheduler says why).
 
     Every stream keeps its own session; only encoder steps are shared (streamasr/batch.py).
     Records come back in dataset order; each carries its share of the batched steps' time.

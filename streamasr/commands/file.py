@@ -44,7 +44,7 @@ from streamasr.driver import Pacing, Sink, drive
 from streamasr.errors import InputError, UsageError
 from streamasr.events import Event, StreamSummary
 from streamasr.render import (
-    LiveRenderer,
+    RENDERERS,
     ProgressDisplay,
     PunctuationRenderer,
     Renderer,
@@ -225,7 +225,8 @@ def register(app: typer.Typer) -> None:
             check_inputs_exist(paths)
             punctuator = load_punctuator(punctuate, sentence_case)
             recognizer, options = build(model_options, paced=realtime)
-        progress = None if quiet else progress_display(renderer)
+        draws = output_dir is None and RENDERERS[fmt_name].terminal
+        progress = None if quiet else progress_display(draws)
         if punctuator is not None:
             renderer = PunctuationRenderer(renderer, punctuator.punctuate)
         elif sentence_case:
@@ -293,9 +294,10 @@ def raw_input_format(raw: str | None, rate: int | None, channels: int | None) ->
     return check_raw_format(RawFormat(raw, rate, 1 if channels is None else channels))
 
 
-def progress_display(renderer: Renderer) -> ProgressDisplay | None:
-    """A progress bar on stderr when data goes to a file or pipe and stderr is a terminal."""
-    if isinstance(renderer, LiveRenderer) or sys.stdout.isatty() or not err_console.is_terminal:
+def progress_display(renderer_draws: bool) -> ProgressDisplay | None:
+    """A progress bar on stderr when data goes to a file or pipe and stderr is a terminal
+    (not beside a renderer that draws on the terminal itself)."""
+    if renderer_draws or sys.stdout.isatty() or not err_console.is_terminal:
         return None
     return ProgressDisplay(err_console)
 

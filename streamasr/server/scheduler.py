@@ -13,6 +13,13 @@ docs/performance.md).
 
 Events leave as the JSON lines of `streamasr file --format jsonl` (render.JsonlRenderer),
 handed to the connection's `deliver` callback on the event loop.
+
+Why not the one driver (driver.py): `drive` owns its loop and pulls one source's blocks, one
+session at a time, so every step would be one stream's. Here audio is pushed by the
+connections and the steps are shared: a batch of sessions advances together through one
+`decode_batch` (batch.step_all). So the scheduler uses the driver's pieces, not its loop: the
+session's `accept`/`end_input`/`close` and batch.step_all, which turn each step into the
+events `drive` would have given, and the JSONL renderer as the sink.
 """
 
 from __future__ import annotations
