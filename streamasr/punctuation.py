@@ -17,26 +17,17 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from streamasr.distribution.local_models import PUNCTUATION_FILES, PUNCTUATION_VOCAB
 from streamasr.errors import DependencyError, ModelError, UsageError
 
 log = logging.getLogger("streamasr")
 
-#: Model files, in the order they are preferred (the release ships both).
-MODEL_FILES = ("model.onnx", "model.int8.onnx")
-VOCAB_FILE = "bpe.vocab"
 #: Metadata sherpa-onnx reads, with the only values its decoder supports.
 REQUIRED_METADATA = {
     "COMMA": "1", "PERIOD": "2", "QUESTION": "3", "UPPER": "1", "CAP": "2", "MIX_CASE": "3",
 }
 ONNX_INT32 = 6
 RELEASE_ALIAS = "punct-en"
-
-
-def is_punctuation_folder(directory: Path) -> bool:
-    """A folder in sherpa-onnx's online punctuation layout (bpe.vocab and a model file)."""
-    return (directory / VOCAB_FILE).is_file() and any(
-        (directory / name).is_file() for name in MODEL_FILES
-    )
 
 
 def resolve(value: str) -> Path:
@@ -52,8 +43,8 @@ def resolve(value: str) -> Path:
         return path
     if path.exists():
         raise ModelError(
-            f"--punctuate {value} is a file; pass the folder that holds {MODEL_FILES[0]} "
-            f"and {VOCAB_FILE}"
+            f"--punctuate {value} is a file; pass the folder that holds {PUNCTUATION_FILES[0]} "
+            f"and {PUNCTUATION_VOCAB}"
         )
     entry = catalog.find(value)
     if entry is not None and entry.kind != "punctuation":
@@ -72,17 +63,17 @@ def resolve(value: str) -> Path:
     raise ModelError(
         f"--punctuate {value}: no such folder and not a known punctuation model; use "
         f"{RELEASE_ALIAS} (`streamasr models pull {RELEASE_ALIAS}`) or a folder with "
-        f"{MODEL_FILES[0]} and {VOCAB_FILE}"
+        f"{PUNCTUATION_FILES[0]} and {PUNCTUATION_VOCAB}"
     )
 
 
 def model_file(directory: Path) -> Path:
     """The model file of a punctuation folder; a one-line error naming what is missing."""
-    for name in MODEL_FILES:
+    for name in PUNCTUATION_FILES:
         if (directory / name).is_file():
             return directory / name
     raise ModelError(
-        f"{directory} is not a punctuation model folder: no {' or '.join(MODEL_FILES)}; "
+        f"{directory} is not a punctuation model folder: no {' or '.join(PUNCTUATION_FILES)}; "
         f"pull it again (`streamasr models pull {RELEASE_ALIAS} --force`) or pass another "
         "folder to --punctuate"
     )
@@ -92,13 +83,13 @@ def check_folder(directory: Path) -> tuple[Path, Path]:
     """(model, vocabulary) of a punctuation folder, after checking what sherpa-onnx would
     otherwise end the process on."""
     model = model_file(directory)
-    vocab = directory / VOCAB_FILE
+    vocab = directory / PUNCTUATION_VOCAB
     again = (
         f"pull it again (`streamasr models pull {RELEASE_ALIAS} --force`) or pass another "
         "folder to --punctuate"
     )
     if not vocab.is_file():
-        raise ModelError(f"{directory} has no {VOCAB_FILE}; {again}")
+        raise ModelError(f"{directory} has no {PUNCTUATION_VOCAB}; {again}")
     _check_vocab(vocab, again)
     _check_model(model, again)
     return model, vocab

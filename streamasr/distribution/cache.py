@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamasr.distribution.catalog import CatalogEntry, find, lookup
+from streamasr.distribution.local_models import is_punctuation_folder
 from streamasr.distribution.manifest import (
     MANIFEST_NAME,
     VerifyReport,
@@ -26,7 +27,6 @@ from streamasr.distribution.manifest import (
     verify_folder,
 )
 from streamasr.errors import ModelError
-from streamasr.punctuation import is_punctuation_folder
 
 LOCK_DIR = ".locks"
 NEMO_SUFFIX = ".nemo"
