@@ -243,7 +243,10 @@ class StreamSession:
         if self._stream_samples == 0:
             return []
         self._stream_samples = 0  # what follows goes to a fresh stream, or nowhere
-        pad = int(self.options.tail_padding_s * self.sample_rate)
+        # the stream already had the gate's hangover of silence after the speech: the padding
+        # only makes up the rest of the usual tail
+        hangover_s = self._vad.options.min_silence_s if self._vad is not None else 0.0
+        pad = int(max(0.0, self.options.tail_padding_s - hangover_s) * self.sample_rate)
         if pad > 0:
             self._to_engine(np.zeros(pad, dtype=np.float32))
         if self._resampler is not None:
