@@ -213,6 +213,7 @@ class Scheduler:
 
     def _take_batch(self) -> list[_Work]:
         work: list[_Work] = []
+        again: list[Utterance] = []
         while self._ready and len(work) < self.max_batch:
             utterance, _ = self._ready.popitem(last=False)
             if utterance.discarded or utterance.ended:
@@ -222,12 +223,16 @@ class Scheduler:
             utterance.queued_samples -= sum(len(block) for block in blocks)
             end = utterance.ending and not utterance.blocks
             if utterance.blocks:
-                self._ready[utterance] = None  # the rest in a later job, after the others
+                again.append(utterance)  # the rest in a later job, after the others
             else:
                 utterance.drained.set()
             if end:
                 utterance.ended = True
             work.append(_Work(utterance, blocks, end))
+        # Only now back in the queue: an utterance taken twice into one job would have its
+        # stream stepped twice in one batched step, which the engine does not survive.
+        for utterance in again:
+            self._ready[utterance] = None
         return work
 
     def _step(self, work: list[_Work]) -> None:
