@@ -161,7 +161,7 @@ def _backend_budget(
     options = engine_options(entry, given, threads=threads, device=device)
     if entry.budget is not None:
         return entry.budget(model, options, measure)
-    recognizer = load_recognizer(model, options, backend)
+    recognizer = load_recognizer(model, options, backend, entry)  # chosen once, above
     budget = budget_from_info(recognizer.info)
     if not measure:
         return budget
