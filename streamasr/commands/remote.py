@@ -26,7 +26,6 @@ from streamasr.commands.common import (
 )
 from streamasr.commands.options import ModelOptions
 from streamasr.errors import InputError, UsageError
-from streamasr.render import TextRenderer
 
 ServerOpt = Annotated[
     str | None,
@@ -96,11 +95,9 @@ def file_over_server(
         raw_format = raw_input_format(*raw_format_args)
         fmt_name = choose_format(fmt)
         check_partials(partials, fmt_name)
-        renderer = make_renderer(fmt_name, realtime, partials, quiet)
+        renderer = make_renderer(fmt_name, realtime, partials, quiet, headers=len(paths) > 1)
         model: RemoteModel = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None)
         model.settings = session_settings(model_options)
-    if isinstance(renderer, TextRenderer) and len(paths) > 1:
-        renderer.headers = True
     failed = 0
     with model:
         for path in paths:
