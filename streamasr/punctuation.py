@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from streamasr.distribution.local_models import PUNCTUATION_FILES, PUNCTUATION_VOCAB
+from streamasr.distribution.cache import PUNCTUATION_FILES, PUNCTUATION_VOCAB
 from streamasr.errors import DependencyError, ModelError, UsageError
 
 log = logging.getLogger("streamasr")

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamasr.distribution.catalog import CatalogEntry, find, lookup
-from streamasr.distribution.local_models import is_punctuation_folder
 from streamasr.distribution.manifest import (
     MANIFEST_NAME,
     VerifyReport,
@@ -32,6 +31,10 @@ LOCK_DIR = ".locks"
 NEMO_SUFFIX = ".nemo"
 #: What a model name may look like: it becomes a folder name in the cache.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: A punctuation model's files (sherpa-onnx's online layout), the model in the order it is
+#: preferred (the release ships both).
+PUNCTUATION_FILES = ("model.onnx", "model.int8.onnx")
+PUNCTUATION_VOCAB = "bpe.vocab"
 
 
 def cache_dir() -> Path:
@@ -80,6 +83,13 @@ def verify_before_use(model: str | None, cache: Path | None = None) -> None:
         check_model_path(path, full=True)
     else:
         open_cached(model, cache, full=True)
+
+
+def is_punctuation_folder(directory: Path) -> bool:
+    """A folder in sherpa-onnx's online punctuation layout (bpe.vocab and a model file)."""
+    return (directory / PUNCTUATION_VOCAB).is_file() and any(
+        (directory / name).is_file() for name in PUNCTUATION_FILES
+    )
 
 
 def is_model_folder(directory: Path) -> bool:

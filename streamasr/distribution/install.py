@@ -38,6 +38,7 @@ from streamasr.distribution.cache import (
     NEMO_SUFFIX,
     cache_dir,
     is_model_folder,
+    is_punctuation_folder,
     lock_model,
     remove_stale_temps,
 )
@@ -52,7 +53,6 @@ from streamasr.distribution.download import (
     mb,
 )
 from streamasr.distribution.extract import CorruptArchive, safe_extract
-from streamasr.distribution.local_models import is_punctuation_folder
 from streamasr.distribution.manifest import MANIFEST_FORMAT, hash_tree, sha256_file, write_manifest
 from streamasr.distribution.pins import Pin, pin_mismatch, read_pin, write_pin
 from streamasr.errors import ModelError, UsageError

@@ -13,10 +13,6 @@ from pathlib import Path
 from streamasr.errors import StreamAsrError
 
 UNKNOWN = "?"
-#: A punctuation model's files (sherpa-onnx's online layout), the model in the order it is
-#: preferred (the release ships both).
-PUNCTUATION_FILES = ("model.onnx", "model.int8.onnx")
-PUNCTUATION_VOCAB = "bpe.vocab"
 
 
 @dataclass(frozen=True)
@@ -51,10 +47,3 @@ def describe_folder(directory: Path) -> FolderFacts:
     tags = (CHUNK_TAG.search(p.name) for p in directory.glob("*.onnx"))
     chunks = sorted({int(tag.group(1)) for tag in tags if tag} or {files.chunk})
     return FolderFacts("sherpa-onnx", files.kind, vocabulary.token_type, tuple(chunks))
-
-
-def is_punctuation_folder(directory: Path) -> bool:
-    """A folder in sherpa-onnx's online punctuation layout (bpe.vocab and a model file)."""
-    return (directory / PUNCTUATION_VOCAB).is_file() and any(
-        (directory / name).is_file() for name in PUNCTUATION_FILES
-    )
