@@ -154,3 +154,14 @@ def test_device_and_precision_an_engine_cannot_use_are_refused() -> None:
         cuda("tiny-en", device="cuda")
     done = cli(None, "file", WAV, "--fp32")
     assert done.returncode == 2 and "only int8 files" in error_line(done)
+
+
+def test_bench_advises_fp32_only_where_the_model_has_it(tmp_path: Path) -> None:
+    """tiny-en has int8 exports only: its batching note must not advise --fp32 (refused)."""
+    dataset = str(REPO / "models" / "tiny-en" / "test_wavs")
+    done = cli(None, "bench", dataset, "--streams", "1,2", "--limit", "2", "--out",
+               str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    note = " ".join(done.stderr.split())
+    assert "not bit-exact with one stream" in note
+    assert "no fp32 export: use --streams 1" in note and "--fp32" not in note

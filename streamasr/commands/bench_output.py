@@ -30,20 +30,31 @@ def show_results(doc: dict[str, Any], out: Path) -> None:
 def note_int8_batching(settings: list[Any], streams: str) -> None:
     """Say plainly that int8 batches are not bit-exact, whenever an int8 model is batched."""
     most = max((int(p) for p in streams.split(",") if p.strip().isdigit()), default=1)
-    int8 = [
-        s.name
-        for s in settings
-        if any(".int8." in p.name for p in s.recognizer.info.model_files)
-    ]
+    int8 = [s for s in settings if _int8_files(s.recognizer.info.model_files)]
     if most > 1 and int8:
+        # advise --fp32 only where every int8 file has an fp32 twin: elsewhere it is refused
+        fp32_there = all(
+            (p.parent / p.name.replace(".int8.", ".")).is_file()
+            for s in int8
+            for p in _int8_files(s.recognizer.info.model_files)
+        )
+        advice = (
+            "Use --fp32 for exact batching"
+            if fp32_there
+            else "This model has no fp32 export: use --streams 1 for exact rows"
+        )
         err_console.print(
-            f"note: the int8 encoder ({', '.join(int8)}) quantises activations with one "
-            "scale per batch: batch companions can move a token time or change a word, so "
-            "the batched rows are not bit-exact with one stream (the one-stream rows are). "
-            "Use --fp32 for exact batching; see the README's Performance section",
+            f"note: the int8 encoder ({', '.join(s.name for s in int8)}) quantises "
+            "activations with one scale per batch: batch companions can move a token time or "
+            "change a word, so the batched rows are not bit-exact with one stream (the "
+            f"one-stream rows are). {advice}; see docs/performance.md",
             highlight=False,
             markup=False,
         )
+
+
+def _int8_files(files: Any) -> list[Any]:
+    return [p for p in files if ".int8." in p.name]
 
 
 def _print_notes(doc: dict[str, Any], out: Path) -> None:
