@@ -1,15 +1,18 @@
 """`file --ray` and `bench --ray` on a real three-node Ray cluster on 127.0.0.1 (a head and two
 worker nodes, each its own `ray start` process with one CPU): the same outputs and the same
-scores as a local run, a node that dies mid-run costs nothing but time, and a node whose
-model copy differs from the driver's refuses to decode."""
+scores as a local run, a node that dies mid-run costs nothing but time, a node whose model
+copy differs from the driver's refuses to decode, and a node without a released model pulls
+it into its own cache, held to the driver's checksum."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +20,9 @@ from typing import Any
 
 import pytest
 from ray_fixture import REPO, Cluster, start_cluster
+from test_store import ArchiveServer
+
+from streamasr.distribution import catalog
 
 WAVS = REPO / "models" / "tiny-en" / "test_wavs"
 MODEL = str(REPO / "models" / "tiny-en")
@@ -244,3 +250,55 @@ def test_ctrl_c_cancels_the_tasks_and_leaves_only_complete_outputs(
         source = source_of(path)
         expected = (local_files / f"{source}{path.suffix}").read_text()
         assert path.read_text() == expected.replace(f"{source}.wav", f"{path.stem}.wav")
+
+
+def release_archive(name: str, folder: Path) -> bytes:
+    """A release-shaped tar.bz2 of a bundled model folder, unpacking to `name`."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:bz2", compresslevel=1) as tar:
+        tar.add(folder, arcname=name)
+    return buffer.getvalue()
+
+
+def test_nodes_without_a_released_model_pull_it_held_to_the_drivers_checksum(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A released name (one without a published checksum, so the driver's pull pins it): the
+    worker nodes have not installed it; they pull it from where the driver did, refuse bytes
+    other than the driver's, and decode with what they pulled."""
+    entry = catalog.lookup("en-kroko")
+    assert entry.archive_sha256 is None
+    good = release_archive(entry.name, REPO / "models" / "tiny-random-transducer")
+    other = release_archive(entry.name, REPO / "models" / "tiny-random-bpe")
+    path = "/" + entry.url.rsplit("/", 1)[1]
+    server = ArchiveServer()
+    try:
+        server.serve(path, good)
+        env = {**cluster.env, "STREAMASR_HOME": str(tmp_path / "driver-cache"),
+               "STREAMASR_MIRROR": server.url("/")}
+        pulled = streamasr("models", "pull", "en-kroko", env=env)
+        assert pulled.returncode == 0, pulled.stderr
+        for node in cluster.nodes:
+            shutil.rmtree(node.cache / entry.name, ignore_errors=True)
+        inputs = copies(tmp_path / "in", 6)
+
+        server.serve(path, other)  # the release host now serves other bytes
+        refused = streamasr("file", *map(str, inputs), "--model", "en-kroko", "-o",
+                            str(tmp_path / "refused"), "--ray", cluster.address, env=env)
+        assert refused.returncode == 1, refused.stderr
+        lines = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+        assert len(lines) == 1 and "sha256" in lines[0], refused.stderr
+        assert not any((n.cache / entry.name / "tokens.txt").exists() for n in cluster.nodes)
+
+        server.serve(path, good)
+        out = tmp_path / "out"
+        done = streamasr("file", *map(str, inputs), "--model", "en-kroko", "-o", str(out),
+                         "--format", "txt", "--ray", cluster.address, env=env)
+        assert done.returncode == 0, done.stderr
+        assert sorted(p.stem for p in out.iterdir()) == sorted(p.stem for p in inputs)
+        have = [n for n in cluster.nodes if (n.cache / entry.name / "tokens.txt").is_file()]
+        assert have, "no node pulled the model into its own cache"
+        gets = [r for r in server.state.requests if r[0] == path]
+        assert len(gets) >= 2  # the driver's pull and at least one node's
+    finally:
+        server.close()

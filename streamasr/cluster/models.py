@@ -4,9 +4,11 @@ The driver loads the model first (every option is checked there, in seconds) and
 sha256 of each file it loaded. A worker process resolves the same model on its own node (a
 pulled name from that node's cache, checked against its install manifest like every local
 use; or a path on a shared file system), loads it once, and compares the sha256 of every file
-it loaded with the driver's. A node whose copy differs refuses to run: a task there fails
-with a ClusterError naming the node and the file, and the run stops rather than mixing
-results from two models.
+it loaded with the driver's. A released name that a node has not installed yet is pulled
+into that node's cache first, from where the driver would download it and held to the
+archive checksum the driver knows (the catalog's, or the one pinned when the driver pulled).
+A node whose copy differs refuses to run: a task there fails with a ClusterError naming the
+node and the file, and the run stops rather than mixing results from two models.
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ log = logging.getLogger("streamasr")
 
 
 @dataclass(frozen=True)
+class PullSource:
+    """A released model as the driver would download it: name, URL, archive sha256."""
+
+    name: str
+    url: str | None
+    sha256: str | None
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """What a worker loads, and the checksums its copy must have (all of it pickles)."""
 
@@ -32,6 +43,7 @@ class ModelSpec:
     backend: str | None
     engine: Any  # EngineOptions: the registry's own settings, passed through untouched
     files: tuple[tuple[str, str], ...]  # (file name, sha256) as the driver loaded them
+    source: PullSource | None = None  # where a node without the model pulls it from
 
     @property
     def cpus(self) -> int:
@@ -45,7 +57,26 @@ def model_spec(model: str | None, backend: str | None, engine: Any,
     from streamasr.distribution.manifest import sha256_file
 
     files = tuple((p.name, sha256_file(p)) for p in recognizer.info.model_files)
-    return ModelSpec(model, backend, engine, files)
+    return ModelSpec(model, backend, engine, files, pull_source(model))
+
+
+def pull_source(model: str | None) -> PullSource | None:
+    """Where nodes pull `model` from, if it is a released name (not a path)."""
+    from pathlib import Path
+
+    from streamasr.distribution.cache import cache_dir
+    from streamasr.distribution.catalog import find
+    from streamasr.distribution.install import pull_target
+    from streamasr.distribution.pins import read_pin
+
+    if not model or Path(model).expanduser().exists() or find(model) is None:
+        return None
+    target = pull_target(model)
+    sha256 = target.expected_sha256
+    if sha256 is None:  # no published checksum: the driver's own download is the reference
+        pin = read_pin(cache_dir(), target.name)
+        sha256 = pin.sha256 if pin is not None else None
+    return PullSource(target.name, target.url, sha256)
 
 
 _LOADED: dict[str, Recognizer] = {}
@@ -75,6 +106,7 @@ def _load(spec: ModelSpec) -> Recognizer:
     from streamasr.errors import ModelError
 
     try:
+        _pull_if_missing(spec.source)
         verify_before_use(spec.model)  # a pulled copy: every file against its manifest
         recognizer = load_recognizer(spec.model, spec.engine, spec.backend)
     except ModelError as exc:
@@ -82,6 +114,17 @@ def _load(spec: ModelSpec) -> Recognizer:
     check_files(spec, recognizer)
     warm_up(recognizer)
     return recognizer
+
+
+def _pull_if_missing(source: PullSource | None) -> None:
+    """Install a released model this node has not got, checksummed as `models pull` does."""
+    from streamasr.distribution.cache import find_cached
+    from streamasr.distribution.install import pull
+
+    if source is None or find_cached(source.name) is not None:
+        return
+    log.info("node %s: pulling %s into its model cache", node_name(), source.name)
+    pull(source.name, url=source.url, sha256=source.sha256)
 
 
 def check_files(spec: ModelSpec, recognizer: Recognizer) -> None:
