@@ -61,6 +61,10 @@ from urllib.parse import urlparse
 import soundfile as sf
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout, installed or not
+
+from streamasr.bench.report import cpu_model  # noqa: E402
+
 CLIPS = sorted((REPO / "models" / "tiny-en" / "test_wavs").glob("*.wav"))
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_CLIENTS = 256
@@ -208,13 +212,6 @@ def cpu_seconds(pid: int | None) -> float | None:
         return None
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def clip_samples() -> list[tuple[str, Any]]:

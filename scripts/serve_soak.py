@@ -29,7 +29,6 @@ import asyncio
 import itertools
 import json
 import os
-import platform
 import random
 import re
 import statistics
@@ -45,6 +44,10 @@ from typing import Any
 import soundfile as sf
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout, installed or not
+
+from streamasr.bench.report import cpu_model  # noqa: E402
+
 CLIPS = sorted((REPO / "models" / "tiny-en" / "test_wavs").glob("*.wav"))
 ROTATION = ("complete", "complete", "close", "complete", "drop", "complete", "garbage",
             "complete", "raw_tcp", "complete")
@@ -54,16 +57,6 @@ SESSION_S = 1.0
 FRAME_S = 0.1
 MAX_SESSIONS = 100_000
 SETTLE_S = 30.0
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def load_average() -> list[float]:
