@@ -68,7 +68,11 @@ def load_model(model_dir: Path, chunk: int, head: str) -> Model:
     A transducer prefers its int8 encoder/joiner (as `streamasr` does by default); a CTC
     export is taken in fp32 when there is one.
     """
-    options = EngineOptions(own={"chunk": chunk, "fp32": head != "transducer"})
+    fp32 = head != "transducer" and any(
+        ".int8." not in p.name for p in model_dir.glob(f"*chunk-{chunk}-*.onnx")
+        if not p.name.startswith(("decoder", "joiner"))
+    )  # --fp32 is refused where only int8 files exist
+    options = EngineOptions(own={"chunk": chunk, "fp32": fp32})
     model = open_model(str(model_dir), options=options)
     kind = model.info.settings.get("kind", head)
     if kind != head:

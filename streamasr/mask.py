@@ -56,8 +56,9 @@ def parse_att_context_size(text: str) -> tuple[int, int]:
         left, right = int(parts[0]), int(parts[1])
     except ValueError:
         raise UsageError(
-            f"--att-context-size {text!r}: give two whole numbers L,R, e.g. 70,13 or "
-            "[70, 13] (-1 = unlimited, for the arithmetic of latency and mask)"
+            f"--att-context-size {text!r}: give two whole numbers L,R (LEFT,RIGHT context in "
+            "frames), e.g. 70,13 or [70, 13] (-1 = unlimited, for the arithmetic of latency "
+            "and mask)"
         ) from None
     return left, right
 
