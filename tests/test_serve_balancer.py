@@ -55,11 +55,19 @@ def haproxy(a: ServerProcess, b: ServerProcess) -> Iterator[int]:
         process.wait(30)
 
 
-def active(server: ServerProcess) -> float:
-    """Open sessions on one instance, read from its own /metrics."""
+def metric(server: ServerProcess, name: str) -> float:
+    """One counter or gauge of one instance, read from its own /metrics."""
     body = http_get(server.http + "/metrics")[1]
-    line = next(x for x in body.splitlines() if x.startswith("streamasr_active_sessions "))
+    line = next(x for x in body.splitlines() if x.startswith(name + " "))
     return float(line.split()[-1])
+
+
+def active(server: ServerProcess) -> float:
+    return metric(server, "streamasr_active_sessions")
+
+
+def accepted(server: ServerProcess) -> float:
+    return metric(server, "streamasr_connections_total")
 
 
 def ready(base: str) -> bool:
@@ -68,12 +76,6 @@ def ready(base: str) -> bool:
         return http_get(base + "/readyz")[0] == 200
     except OSError:
         return False
-
-
-def accepted(server: ServerProcess) -> float:
-    body = http_get(server.http + "/metrics")[1]
-    line = next(x for x in body.splitlines() if x.startswith("streamasr_connections_total "))
-    return float(line.split()[-1])
 
 
 def finals(events: list[dict[str, Any]]) -> list[str]:
