@@ -11,12 +11,53 @@ import typer
 from typer.core import TyperOption
 
 from streamasr import __version__
-from streamasr.commands import bench as bench_commands
-from streamasr.commands import file as file_commands
-from streamasr.commands import latency as latency_commands
-from streamasr.commands import mic as mic_commands
-from streamasr.commands import models as models_commands
-from streamasr.commands import serve as serve_commands
+from streamasr.commands.lazy import LazyCommand, lazy_group
+
+# The command table: each command's module is imported only when a command line names it
+# (streamasr/commands/lazy.py); the help here is what the top-level --help lists.
+COMMANDS = (
+    LazyCommand(
+        "file",
+        "streamasr.commands.file",
+        "Stream audio files in fixed blocks: live partials, finals, first-token timing.",
+    ),
+    LazyCommand(
+        "devices",
+        "streamasr.commands.mic",
+        "List audio input devices: index, name, host API, channels, native rate (* default).",
+    ),
+    LazyCommand(
+        "mic",
+        "streamasr.commands.mic",
+        "Live captions from a microphone: partials as you speak, a final per utterance.",
+    ),
+    LazyCommand(
+        "bench",
+        "streamasr.commands.bench",
+        "Accuracy, latency and speed over a test set; one table row per setting.",
+    ),
+    LazyCommand(
+        "latency",
+        "streamasr.commands.latency",
+        "The latency budget of a streaming setting, each figure with its formula.",
+    ),
+    LazyCommand(
+        "mask",
+        "streamasr.commands.latency",
+        "Draw an attention mask, and its receptive field through depth.",
+    ),
+    LazyCommand(
+        "serve",
+        "streamasr.commands.serve",
+        "Serve the model over WebSocket: many clients, one engine, batched steps.",
+    ),
+    LazyCommand(
+        "models",
+        "streamasr.commands.models",
+        "Released models: list them, pull them into the cache (checksummed, resumable), "
+        "verify them, print their folder.",
+    ),
+)
 
 app = typer.Typer(
     name="streamasr",
@@ -24,6 +65,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=True,
+    cls=lazy_group(COMMANDS),
 )
 
 
@@ -40,14 +82,6 @@ def _root(
     ),
 ) -> None:
     """Streaming speech transcription."""
-
-
-file_commands.register(app)
-mic_commands.register(app)
-bench_commands.register(app)
-latency_commands.register(app)
-models_commands.register(app)
-serve_commands.register(app)
 
 
 def _flag_type(self: TyperOption, ctx: Any) -> str | None:

@@ -443,7 +443,7 @@ def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOpti
     entry = chosen_backend(options)  # once: the options are parsed by it, and it loads
     engine = engine_options(options, entry)
     verify_model(options)
-    from streamasr.commands.models import offer_download
+    from streamasr.commands.offer import offer_download
 
     offer_download(options.model)
     recognizer = load_recognizer(options.model, engine, backend, entry)
