@@ -105,6 +105,25 @@ class SherpaRecognizer:
 
     @staticmethod
     def _load(files: ModelFiles, threads: int, own: SherpaSettings, hotword_setup: dict) -> Any:
+        """The engine, from the optimised graphs of the graph cache where it has them."""
+        from streamasr.backends.sherpa.graph_cache import optimised_paths
+
+        originals = list(files.onnx_files())
+        graphs = optimised_paths(originals)
+        if graphs == originals:
+            return SherpaRecognizer._build(files, graphs, threads, own, hotword_setup)
+        try:
+            return SherpaRecognizer._build(files, graphs, threads, own, hotword_setup)
+        except ModelError as exc:
+            log.warning("sherpa-onnx refused the cached optimised graphs (%s); loading the "
+                        "original files (STREAMASR_GRAPH_CACHE=0 skips the cache)", exc)
+            return SherpaRecognizer._build(files, originals, threads, own, hotword_setup)
+
+    @staticmethod
+    def _build(
+        files: ModelFiles, graphs: list[Path], threads: int, own: SherpaSettings,
+        hotword_setup: dict,
+    ) -> Any:
         import sherpa_onnx
 
         common = dict(
@@ -124,15 +143,16 @@ class SherpaRecognizer:
                     hotwords_score=own.hotwords_score,
                 )
                 transducer.update(hotword_setup)
+                encoder, decoder, joiner = graphs
                 return sherpa_onnx.OnlineRecognizer.from_transducer(
-                    encoder=str(files.encoder),
-                    decoder=str(files.decoder),
-                    joiner=str(files.joiner),
+                    encoder=str(encoder),
+                    decoder=str(decoder),
+                    joiner=str(joiner),
                     **transducer,
                     **common,
                 )
             return sherpa_onnx.OnlineRecognizer.from_zipformer2_ctc(
-                model=str(files.encoder), **common
+                model=str(graphs[0]), **common
             )
         except (RuntimeError, ValueError) as exc:
             raise ModelError(

@@ -1,0 +1,234 @@
+"""Optimised-graph cache: sherpa-onnx loads graphs ONNX Runtime has already optimised once.
+
+Why: most of a model load is ONNX Runtime's graph optimisation (fusions, constant folding
+over thousands of nodes), redone on every load because sherpa-onnx keeps no optimised copy.
+Here the first load of an ONNX file saves ONNX Runtime's optimised form of it
+(`ORT_ENABLE_EXTENDED`: fusions, no hardware-specific memory layouts) and later loads hand
+that file to sherpa-onnx instead.
+
+An entry is keyed on what makes it valid: the source file's sha256, the version of the ONNX
+Runtime library sherpa-onnx runs (the one that writes the entry, see graph_build.py), the
+optimisation level, the CPU architecture and instruction-set flags, and this format's
+version. An entry holds the optimised graph and `entry.json` with that graph's sha256; it is
+re-hashed before every use, so a truncated or altered entry is removed and rebuilt with a
+warning. ONNX files hold no code; no custom-op library is ever registered. Entries are built
+in a temporary folder and renamed into place, so a reader sees a whole entry or none.
+
+Where: `$STREAMASR_GRAPH_CACHE_DIR`, else `.graphs/` in the model cache. Off:
+`STREAMASR_GRAPH_CACHE=0`. Files over 1.5 GB are left alone (ONNX Runtime cannot write an
+optimised graph over the 2 GB protobuf limit without external data).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from functools import cache
+from pathlib import Path
+
+log = logging.getLogger("streamasr")
+
+ENV_SWITCH = "STREAMASR_GRAPH_CACHE"
+ENV_DIR = "STREAMASR_GRAPH_CACHE_DIR"
+FOLDER = ".graphs"
+ENTRY_FILE = "entry.json"
+GRAPH_FILE = "model.onnx"
+LEVEL_EXTENDED = 2  # GraphOptimizationLevel ORT_ENABLE_EXTENDED
+FORMAT = 1  # bump when an entry's layout or meaning changes
+MAX_SOURCE_BYTES = 1536 * 1024 * 1024
+BUILD_TIMEOUT_S = 1800
+_OFF = {"0", "false", "no", "off"}
+
+
+def enabled() -> bool:
+    """False when the user switched the cache off ($STREAMASR_GRAPH_CACHE=0)."""
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in _OFF
+
+
+def cache_root() -> Path:
+    """Where entries live: $STREAMASR_GRAPH_CACHE_DIR, else `.graphs` in the model cache."""
+    env = os.environ.get(ENV_DIR)
+    if env:
+        return Path(env).expanduser()
+    from streamasr.distribution.cache import cache_dir
+
+    return cache_dir() / FOLDER
+
+
+@cache
+def ort_library() -> Path | None:
+    """The ONNX Runtime library bundled in the installed sherpa-onnx, if it has one."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sherpa_onnx")
+    if spec is None or spec.origin is None:
+        return None
+    lib = Path(spec.origin).parent / "lib"
+    for pattern in ("libonnxruntime.so*", "libonnxruntime*.dylib", "onnxruntime.dll"):
+        found = sorted(lib.glob(pattern))
+        if found:
+            return found[0]
+    return None
+
+
+@cache
+def ort_version() -> str | None:
+    """Version of sherpa-onnx's ONNX Runtime, read through its C API; None if unknown."""
+    library = ort_library()
+    if library is None:
+        return None
+    from streamasr.backends.sherpa.graph_build import library_version
+
+    try:
+        return library_version(str(library)) or None
+    except (OSError, AttributeError) as exc:
+        log.debug("graph cache: cannot read the ONNX Runtime version of %s: %s", library, exc)
+        return None
+
+
+@cache
+def cpu_signature() -> str:
+    """Architecture plus a digest of the CPU's instruction-set flags."""
+    flags = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = " ".join(sorted(line.partition(":")[2].split()))
+                break
+    flags = flags or platform.processor()
+    return f"{platform.machine()}-{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def entry_key(source_sha256: str, version: str) -> str:
+    """The entry name: everything an optimised graph's validity depends on, hashed."""
+    parts = f"{source_sha256}|ort {version}|level {LEVEL_EXTENDED}|{cpu_signature()}|v{FORMAT}"
+    return hashlib.sha256(parts.encode()).hexdigest()[:40]
+
+
+def _valid_graph(entry: Path) -> tuple[Path | None, str]:
+    """(graph, "") for a whole entry; (None, why) for a damaged one; (None, "failed") if
+    building it failed before (it is not retried until the key changes)."""
+    try:
+        record = json.loads((entry / ENTRY_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"unreadable {ENTRY_FILE} ({exc.__class__.__name__})"
+    if not isinstance(record, dict):
+        return None, f"{ENTRY_FILE} is not an object"
+    if record.get("failed"):
+        return None, "failed"
+    graph = entry / GRAPH_FILE
+    try:
+        size = graph.stat().st_size
+    except OSError:
+        return None, f"{GRAPH_FILE} is missing"
+    if size != record.get("bytes"):
+        return None, f"{GRAPH_FILE} has {size} bytes, {record.get('bytes')} were written"
+    if file_sha256(graph) != record.get("sha256"):
+        return None, f"{GRAPH_FILE} does not match the sha256 recorded when it was written"
+    return graph, ""
+
+
+def optimised_paths(sources: list[Path]) -> list[Path]:
+    """The optimised graph to load for each source, building missing entries; a source whose
+    entry cannot be had (cache off, no bundled ONNX Runtime, too large, build failed) is
+    returned as it is."""
+    if not enabled():
+        return list(sources)
+    version = ort_version()
+    library = ort_library()
+    if version is None or library is None:
+        log.debug("graph cache: sherpa-onnx bundles no ONNX Runtime library this can use")
+        return list(sources)
+    root = cache_root()
+    chosen = list(sources)
+    missing: list[tuple[int, Path]] = []
+    for index, source in enumerate(sources):
+        if source.stat().st_size > MAX_SOURCE_BYTES:
+            log.debug("graph cache: %s is too large for a single-file optimised graph", source)
+            continue
+        entry = root / entry_key(file_sha256(source), version)
+        graph, why = _valid_graph(entry) if entry.exists() else (None, "")
+        if graph is not None:
+            chosen[index] = graph
+        elif why == "failed":
+            log.debug("graph cache: optimising %s failed before; loading it as it is", source)
+        else:
+            if why:
+                log.warning("graph cache entry %s is damaged (%s); rebuilding it", entry, why)
+                shutil.rmtree(entry, ignore_errors=True)
+            missing.append((index, entry))
+    if missing:
+        built = _build(library, version, [(sources[i], entry) for i, entry in missing], root)
+        for (index, _), graph in zip(missing, built, strict=True):
+            if graph is not None:
+                chosen[index] = graph
+    return chosen
+
+
+def _build(
+    library: Path, version: str, jobs: list[tuple[Path, Path]], root: Path
+) -> list[Path | None]:
+    """Optimise every (source, entry) in one child process; rename each entry into place."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+    except OSError as exc:
+        log.warning("graph cache: cannot write in %s (%s); loading the original graphs", root, exc)
+        return [None] * len(jobs)
+    try:
+        argv = [sys.executable, "-m", "streamasr.backends.sherpa.graph_build", str(library)]
+        argv.append(str(LEVEL_EXTENDED))
+        for number, (source, _) in enumerate(jobs):
+            (work / str(number)).mkdir()
+            argv += [str(source.resolve()), str(work / str(number) / GRAPH_FILE)]
+        log.debug("graph cache: optimising %d graph(s) with ONNX Runtime %s", len(jobs), version)
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
+            )
+            failure = done.stderr.strip().splitlines()[-1:] if done.returncode else []
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            failure = [str(exc)]
+        return [
+            _install(work / str(number), entry, source, version, " ".join(failure))
+            for number, (source, entry) in enumerate(jobs)
+        ]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _install(staged: Path, entry: Path, source: Path, version: str, failure: str) -> Path | None:
+    """Record the staged graph (or the failure) and rename the entry into place."""
+    graph = staged / GRAPH_FILE
+    record: dict[str, object] = {"source": source.name, "ort_version": version,
+                                 "level": LEVEL_EXTENDED, "cpu": cpu_signature()}
+    if failure or not graph.is_file():
+        reason = failure or "ONNX Runtime wrote no optimised graph"
+        log.warning("graph cache: cannot optimise %s (%s); loading it as it is", source, reason)
+        record["failed"] = reason
+    else:
+        record.update(bytes=graph.stat().st_size, sha256=file_sha256(graph))
+    (staged / ENTRY_FILE).write_text(json.dumps(record, indent=1) + "\n")
+    try:
+        staged.rename(entry)
+    except OSError:
+        pass  # another process put the same entry in place first; it is checked below
+    found, _ = _valid_graph(entry)
+    return found
