@@ -22,6 +22,9 @@ for _name in ("STREAMASR_MODEL", "STREAMASR_DEVICE", "STREAMASR_FORMAT"):
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"
+# One optimised-graph cache for the whole run, shared by the xdist workers and every process a
+# test starts: each model's graphs are optimised once (streamasr/backends/sherpa/graph_cache.py)
+os.environ.setdefault("STREAMASR_GRAPH_CACHE_DIR", str(REPO / "build" / "graph-cache"))
 # plain words any English model should know; what the bundled model makes of them is
 # SPEECH_TRANSCRIPT in test_tiny_en.py
 SPEECH_TEXT = "early see create show life and then mother walk seven nine"

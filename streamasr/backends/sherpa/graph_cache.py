@@ -221,7 +221,8 @@ def _install(staged: Path, entry: Path, source: Path, version: str, failure: str
                                  "level": LEVEL_EXTENDED, "cpu": cpu_signature()}
     if failure or not graph.is_file():
         reason = failure or "ONNX Runtime wrote no optimised graph"
-        log.warning("graph cache: cannot optimise %s (%s); loading it as it is", source, reason)
+        # the load that follows reports a broken model itself; this only costs speed
+        log.debug("graph cache: cannot optimise %s (%s); loading it as it is", source, reason)
         record["failed"] = reason
     else:
         record.update(bytes=graph.stat().st_size, sha256=file_sha256(graph))

@@ -1,0 +1,170 @@
+"""The optimised-graph cache: same decodes as the original graphs, damaged entries rebuilt,
+the opt-out honoured, entries keyed on the source bytes. Real sherpa-onnx on models/tiny-en."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+
+from streamasr.api import open_model
+from streamasr.backends.sherpa import graph_cache
+from streamasr.backends.sherpa.modeldir import resolve_model
+
+REPO = Path(__file__).resolve().parent.parent
+TINY_EN = REPO / "models" / "tiny-en"
+CLIPS = sorted((TINY_EN / "test_wavs").glob("*.wav"))
+
+
+@pytest.fixture
+def cache_at(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """Point the cache (in this process and the processes it starts) at a folder."""
+
+    def use(folder: Path) -> Path:
+        monkeypatch.setenv(graph_cache.ENV_DIR, str(folder))
+        monkeypatch.delenv(graph_cache.ENV_SWITCH, raising=False)
+        return folder
+
+    yield use
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache holding tiny-en's optimised graphs, built by a real `streamasr file` run."""
+    folder = tmp_path_factory.mktemp("graphs")
+    env = {**os.environ, graph_cache.ENV_DIR: str(folder)}
+    env.pop(graph_cache.ENV_SWITCH, None)
+    run = subprocess.run(
+        [sys.executable, "-m", "streamasr", "file", str(CLIPS[0])],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    return folder
+
+
+def tiny_en_sources() -> list[Path]:
+    return list(resolve_model("tiny-en").onnx_files())
+
+
+def entries(folder: Path) -> dict[str, dict]:
+    return {
+        p.name: json.loads((p / graph_cache.ENTRY_FILE).read_text())
+        for p in folder.iterdir()
+        if (p / graph_cache.ENTRY_FILE).is_file()
+    }
+
+
+def joiner_entry(folder: Path) -> Path:
+    """The joiner's entry: the smallest graph, so rebuilding it is quick."""
+    name = next(k for k, v in entries(folder).items() if v["source"].startswith("joiner"))
+    return folder / name
+
+
+def transcripts() -> list[tuple[str, tuple[str, ...]]]:
+    model = open_model("tiny-en", threads=1)
+    out = []
+    for clip in CLIPS:
+        audio, rate = sf.read(clip, dtype="float32")
+        summary = model.transcribe(audio, rate)
+        out.append((summary.text, tuple(t for f in summary.finals for t in f.tokens)))
+    return out
+
+
+def test_every_graph_of_the_model_is_cached_once(built: Path) -> None:
+    found = entries(built)
+    assert sorted(v["source"] for v in found.values()) == sorted(p.name for p in tiny_en_sources())
+    assert all("failed" not in v and v["ort_version"] == graph_cache.ort_version()
+               for v in found.values())
+    assert not [p for p in built.iterdir() if p.name.startswith(".build-")]
+
+
+def test_cached_graphs_decode_the_same_tokens_as_the_originals(
+    built: Path, cache_at: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache_at(built)  # type: ignore[operator]
+    assert graph_cache.optimised_paths(tiny_en_sources()) != tiny_en_sources()
+    cached = transcripts()
+    monkeypatch.setenv(graph_cache.ENV_SWITCH, "0")
+    original = transcripts()
+    assert cached == original
+    assert all(text for text, _ in original)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "record"])
+def test_a_damaged_entry_is_rebuilt_with_a_warning(
+    built: Path, tmp_path: Path, damage: str, cache_at: object,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    folder = cache_at(shutil.copytree(built, tmp_path / "graphs"))  # type: ignore[operator]
+    entry = joiner_entry(folder)
+    graph = entry / graph_cache.GRAPH_FILE
+    data = graph.read_bytes()
+    if damage == "truncate":
+        graph.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":  # same size, one byte changed
+        graph.write_bytes(data[:1000] + bytes([data[1000] ^ 0xFF]) + data[1001:])
+    else:
+        (entry / graph_cache.ENTRY_FILE).write_text("{not json")
+    with caplog.at_level("WARNING", logger="streamasr"):
+        paths = graph_cache.optimised_paths(tiny_en_sources())
+    assert f"graph cache entry {entry} is damaged" in caplog.text
+    assert graph in paths and graph.read_bytes() == data  # rebuilt, same bytes as before
+    assert graph_cache.file_sha256(graph) == entries(folder)[entry.name]["sha256"]
+
+
+def test_a_truncated_entry_does_not_stop_the_command(built: Path, tmp_path: Path) -> None:
+    folder = shutil.copytree(built, tmp_path / "graphs")
+    graph = joiner_entry(folder) / graph_cache.GRAPH_FILE
+    graph.write_bytes(graph.read_bytes()[:4096])
+    env = {**os.environ, graph_cache.ENV_DIR: str(folder)}
+    env.pop(graph_cache.ENV_SWITCH, None)
+    run = subprocess.run(
+        [sys.executable, "-m", "streamasr", "file", str(CLIPS[0])],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip()
+    assert "is damaged" in run.stderr and "rebuilding it" in run.stderr
+    assert graph.stat().st_size == entries(folder)[graph.parent.name]["bytes"]
+
+
+def test_switched_off_the_cache_writes_nothing(tmp_path: Path, cache_at: object,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = cache_at(tmp_path / "graphs")  # type: ignore[operator]
+    monkeypatch.setenv(graph_cache.ENV_SWITCH, "0")
+    assert graph_cache.optimised_paths(tiny_en_sources()) == tiny_en_sources()
+    assert not folder.exists()
+
+
+def test_the_key_follows_the_source_bytes(tmp_path: Path, cache_at: object) -> None:
+    folder = cache_at(tmp_path / "graphs")  # type: ignore[operator]
+    joiner = next(p for p in tiny_en_sources() if p.name.startswith("joiner"))
+    copy = tmp_path / joiner.name
+    shutil.copy(joiner, copy)
+    first = graph_cache.optimised_paths([copy])[0]
+    assert first.parent.parent == folder
+    assert graph_cache.optimised_paths([copy]) == [first]  # a hit: the same entry
+    with copy.open("ab") as handle:  # an unknown protobuf field: still ONNX, other sha256
+        handle.write(b"\xa2\x06\x01x")
+    second = graph_cache.optimised_paths([copy])[0]
+    assert second.parent.parent == folder and second.parent != first.parent
+
+
+def test_a_file_onnx_runtime_cannot_optimise_is_loaded_as_it_is_and_not_retried(
+    tmp_path: Path, cache_at: object
+) -> None:
+    folder = cache_at(tmp_path / "graphs")  # type: ignore[operator]
+    bad = tmp_path / "not-a-model.onnx"
+    bad.write_bytes(b"this is not ONNX")
+    assert graph_cache.optimised_paths([bad]) == [bad]
+    (record,) = entries(folder).values()
+    assert record["failed"]
+    assert graph_cache.optimised_paths([bad]) == [bad]
+    assert len(entries(folder)) == 1
