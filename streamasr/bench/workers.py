@@ -1,4 +1,4 @@
-"""Every core: the one-stream pass of a bench setting spread over worker processes.
+"""Every core: worker processes, each with its own engine, for bench's passes.
 
 Why: one sherpa-onnx engine on one thread is the fastest per stream on a small machine, and it
 leaves the other cores idle. Here each worker process loads its own single engine (through the
@@ -6,7 +6,9 @@ backend registry, from the model, backend name and EngineOptions, which pickle) 
 whole utterances from a shared queue, so every utterance still streams in order, start to end,
 through one session exactly as in a one-worker run; the records are put back in dataset order.
 Text, tokens, token times and algorithmic latencies are therefore the same as with one worker;
-only compute times (and so RTF) depend on what else the cores are doing.
+only compute times (and so RTF) depend on what else the cores are doing. Workers load their
+engine before any pass is timed (`WorkerPool.start_ready`); batched passes and capacity probes go
+to each worker as one task (`WorkerPool.gather`; worker_passes.py, capacity_search.py).
 
 The pool is a small one of our own over `multiprocessing.Process` and one pipe per worker,
 so that the parent knows which utterance each worker holds:
@@ -29,7 +31,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
@@ -42,7 +44,6 @@ from streamasr.errors import ModelError, UsageError
 if TYPE_CHECKING:
     from multiprocessing.context import SpawnProcess
 
-    from streamasr.bench.sweep import Setting
 
 log = logging.getLogger("streamasr")
 
@@ -97,22 +98,25 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _worker_main(conn: Connection, job: _Job) -> None:
-    """A worker process: load one engine, then decode the utterances sent until None."""
+    """A worker process: load one engine, say ready (with the load's seconds), then run the
+    tasks sent until None: one utterance, a batched share of a pass, or a capacity probe."""
     for signum in _PARENT_DECIDES:
         signal.signal(signum, signal.SIG_IGN)
-    # started with them blocked (see _Pool.start), so none arrived before they were ignored
+    # started with them blocked (see WorkerPool.start), so none arrived before they were ignored
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _PARENT_DECIDES)
     _die_with_parent(job.parent_pid)
     from streamasr.backends.registry import load_recognizer
     from streamasr.bench.runner import warm_up
 
+    started = time.perf_counter()
     try:
         recognizer = load_recognizer(job.model, job.engine, job.backend)
         warm_up(recognizer)
     except Exception as exc:  # the parent turns it into one line
         conn.send(("failed", str(exc) or type(exc).__name__))
         return
-    conn.send(("ready",))
+    conn.send(("ready", time.perf_counter() - started))
+    armed: Any = None  # a capacity probe whose sessions are open, waiting for its start
     while True:
         try:
             task = conn.recv()
@@ -120,12 +124,26 @@ def _worker_main(conn: Connection, job: _Job) -> None:
             return
         if task is None:
             return
-        index, utt = task
-        try:
-            record = run_utterance(recognizer, utt, job.options)
-        except Exception as exc:  # one utterance that breaks the engine is one failed row
-            record = failed_record(utt, f"the engine failed on it: {exc}", job.options.metric)
-        conn.send(("done", index, record))
+        if task[0] == "one":
+            _, index, utt = task
+            try:
+                record = run_utterance(recognizer, utt, job.options)
+            except Exception as exc:  # one utterance that breaks the engine is one failed row
+                record = failed_record(utt, f"the engine failed on it: {exc}", job.options.metric)
+            conn.send(("done", index, record))
+        elif task[0] == "batch":
+            from streamasr.bench.runner import run_batched
+
+            _, streams, utts = task
+            conn.send(("reply", run_batched(recognizer, utts, job.options, streams)))
+        elif task[0] == "arm":
+            from streamasr.bench.capacity import CapacityProbe
+
+            armed = CapacityProbe(recognizer, task[1], job.options.stream)
+            conn.send(("reply", None))
+        elif task[0] == "go":
+            conn.send(("reply", armed.run(task[1])))
+            armed = None
 
 
 class _Worker:
@@ -136,6 +154,7 @@ class _Worker:
         self.process = process
         self.conn = conn
         self.ready = False
+        self.load_s = 0.0  # what loading its engine took (it said so when ready)
         self.holding: int | None = None  # the index of the utterance it is decoding
 
     @property
@@ -155,7 +174,7 @@ def death_reason(exitcode: int | None) -> str:
     return f"exited with status {exitcode}"
 
 
-class _Pool:
+class WorkerPool:
     """Worker processes, one task each at a time, replaced when they die."""
 
     def __init__(self, job: _Job, size: int) -> None:
@@ -206,7 +225,7 @@ class _Pool:
             left -= 1
             on_done(record)
 
-        for _ in range(self._size):
+        while len(self._workers) < self._size:
             self.start()
         while left:
             for worker in self._workers:
@@ -214,7 +233,7 @@ class _Pool:
                     worker.holding = pending.popleft()
                     attempts[worker.holding] += 1
                     try:
-                        worker.conn.send((worker.holding, utterances[worker.holding]))
+                        worker.conn.send(("one", worker.holding, utterances[worker.holding]))
                     except OSError:  # it just died: its sentinel says so below
                         log.debug("bench %s: the task could not be sent", worker.name)
             waits: list[Any] = [w.conn for w in self._workers]
@@ -239,6 +258,42 @@ class _Pool:
                 self.start()
         return [r for r in records if r is not None]
 
+    def start_ready(self) -> float:
+        """Start every worker and wait until each has loaded its engine: a timed pass then
+        measures decoding alone. Returns the wall seconds the loading took."""
+        started = time.perf_counter()
+        while len(self._workers) < self._size:
+            self.start()
+        for worker in self._workers:
+            while not worker.ready:
+                if not self._receive(worker, lambda index, record: None):
+                    reason = death_reason(worker.process.exitcode)
+                    raise ModelError(f"bench {worker.name} {reason} while loading the model")
+        return time.perf_counter() - started
+
+    @property
+    def size(self) -> int:
+        """How many workers the pool runs."""
+        return self._size
+
+    def gather(self, tasks: Sequence[Any]) -> list[Any]:
+        """Send task i to worker i (ready ones: see start_ready) and return their replies in
+        that order. A worker that dies here ends the pass: a batched share or a probe is
+        not worth retrying on a fresh engine, whose timing would differ."""
+        workers = self._workers[: len(tasks)]
+        for worker, task in zip(workers, tasks, strict=True):
+            worker.conn.send(task)
+        replies: list[Any] = []
+        for worker in workers:
+            try:
+                message = worker.conn.recv()
+            except (EOFError, OSError):
+                worker.process.join(STOP_GRACE_S)
+                reason = death_reason(worker.process.exitcode)
+                raise ModelError(f"bench {worker.name} {reason} during the pass") from None
+            replies.append(message[1])
+        return replies
+
     @staticmethod
     def _poll(worker: _Worker) -> bool:
         try:
@@ -253,7 +308,7 @@ class _Pool:
         except (EOFError, OSError):
             return False
         if message[0] == "ready":
-            worker.ready = True
+            worker.ready, worker.load_s = True, message[1]
         elif message[0] == "failed":
             raise ModelError(f"bench {worker.name} could not load the model: {message[1]}")
         elif message[0] == "done":
@@ -341,6 +396,29 @@ class _Pool:
             worker.conn.close()
 
 
+@contextlib.contextmanager
+def worker_pool(
+    model: str | None,
+    backend: str | None,
+    engine: EngineOptions,
+    options: RunOptions,
+    workers: int,
+) -> Iterator[WorkerPool]:
+    """`workers` processes, each with its own engine; ended when the block is left.
+
+    Interrupted (KeyboardInterrupt: Ctrl-C, SIGTERM), the workers are ended at once and the
+    interruption goes on up.
+    """
+    check_workers(workers)
+    pool = WorkerPool(_Job(model, backend, engine, options, os.getpid()), workers)
+    graceful = False
+    try:
+        yield pool
+        graceful = True
+    finally:
+        pool.close(graceful)
+
+
 def run_in_workers(
     model: str | None,
     backend: str | None,
@@ -352,53 +430,11 @@ def run_in_workers(
 ) -> list[UtteranceRecord]:
     """Decode each utterance in one of `workers` processes; records in dataset order.
 
-    Interrupted (KeyboardInterrupt: Ctrl-C, SIGTERM), the workers are ended at once and the
-    interruption goes on up; every record finished before it has gone to `on_done`.
+    Every record finished before an interruption has gone to `on_done`.
     """
     check_workers(workers)
-    workers = min(workers, max(1, len(utterances)))
     if not utterances:
         return []
-    pool = _Pool(_Job(model, backend, engine, options, os.getpid()), workers)
-    graceful = False
-    try:
-        records = pool.run(utterances, options, on_done)
-        graceful = True
-    finally:
-        pool.close(graceful)
-    return records
-
-
-def run_setting_in_workers(
-    setting: Setting,
-    engine: EngineOptions,
-    utterances: Sequence[Utterance],
-    options: RunOptions,
-    streams: Sequence[int] = (1,),
-    on_done: Callable[[str, UtteranceRecord], None] = lambda name, record: None,
-    workers: int = 1,
-    clock: Callable[[], float] = time.perf_counter,
-) -> dict[str, Any]:
-    """`sweep.run_setting` with the one-stream pass spread over `workers` processes.
-
-    Each worker loads the setting's model with the setting's EngineOptions through the
-    registry. Batched passes (`--streams N`) still run in this process on the setting's own
-    engine, after the workers are done, and are compared with the one-stream records.
-    """
-    from streamasr.bench.report import setting_record, summarize
-    from streamasr.bench.runner import warm_up
-    from streamasr.bench.sweep import batched_passes
-
-    started = clock()
-    records = run_in_workers(
-        setting.model, setting.backend, setting.engine, utterances, options, workers,
-        lambda r: on_done(setting.name, r),
-    )
-    wall_s = clock() - started
-    recognizer = setting.recognizer
-    if any(n > 1 for n in streams):
-        warm_up(recognizer)
-    sweep = batched_passes(setting, records, utterances, options, streams, on_done, clock)
-    summary = summarize(records, options.metric, wall_s, sweep or None)
-    summary["workers"] = workers
-    return setting_record(setting.name, recognizer.info, summary, records)
+    workers = min(workers, len(utterances))
+    with worker_pool(model, backend, engine, options, workers) as pool:
+        return pool.run(utterances, options, on_done)

@@ -67,20 +67,21 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         streams: Annotated[
-            str,
+            str | None,
             typer.Option(
-                help="Also decode N utterances at once in batches and report the "
-                "aggregate throughput; comma-separated to sweep (1,2,4,8). The text must "
-                "equal one stream's (checked for each value)."
+                help="Also decode N utterances at once in batches (shared out among the "
+                "--workers) and report the aggregate throughput; comma-separated to sweep "
+                "(1,2,4,8). The text must equal one stream's (checked for each value). With "
+                "--capacity: the live stream counts to probe, or auto (the default) to search."
             ),
-        ] = "1",
+        ] = None,
         workers: Annotated[
             int,
             typer.Option(
-                help="Decode the one-stream pass in N worker processes, each with its own "
-                "engine, to use N cores (try --threads 1 --workers $(nproc)). Results are "
-                "identical to one worker; default 1 keeps the per-utterance compute times free "
-                "of contention between workers."
+                help="Decode in N worker processes, each with its own engine loaded before "
+                "anything is timed, to use N cores (try --threads 1 --workers $(nproc)). "
+                "Results are identical to one worker; default 1 keeps the per-utterance "
+                "compute times free of contention between workers."
             ),
         ] = 1,
         ray: Annotated[
@@ -94,6 +95,20 @@ def register(app: typer.Typer) -> None:
                 "(pip install 'streamasr\\[ray]').",
             ),
         ] = None,
+        capacity: Annotated[
+            bool,
+            typer.Option(
+                "--capacity",
+                help="Instead of scoring the set: find how many live streams this machine "
+                "holds. Streams of the dataset's audio are paced at real time through "
+                "streamasr's loop over --workers processes, and the largest count whose step "
+                "p99 stays within the chunk's duration is reported (see docs/bench.md).",
+            ),
+        ] = False,
+        probe_seconds: Annotated[
+            float,
+            typer.Option(help="--capacity: seconds of live audio per probed stream count."),
+        ] = 15.0,
         out: Annotated[
             Path,
             typer.Option(
@@ -134,6 +149,8 @@ def register(app: typer.Typer) -> None:
             streams=streams,
             workers=workers,
             ray=ray,
+            capacity=capacity,
+            probe_seconds=probe_seconds,
             out=out,
             baseline=baseline,
             fail_on=fail_on,
@@ -165,9 +182,11 @@ class BenchRequest:
     text_column: str | None = None
     metric: str = "auto"
     realtime: bool = False
-    streams: str | int = 1
+    streams: str | int | None = None  # None: 1, or auto with --capacity
     workers: int = 1
     ray: str | None = None  # a Ray cluster's address ("local": one started here)
+    capacity: bool = False
+    probe_seconds: float = 15.0
     out: Path = Path("bench-results")
     baseline: Path | None = None
     fail_on: str | None = None
@@ -178,8 +197,15 @@ class BenchRequest:
         from streamasr.bench.metrics import METRICS
         from streamasr.bench.sweep import swept_option
 
+        if self.capacity:
+            from streamasr.commands.bench_capacity import check_capacity
+
+            if swept_option(self.model_options.engine):
+                raise UsageError("--capacity measures one setting; give one value of the "
+                                 "swept option")
+            check_capacity(self)
         swept_option(self.model_options.engine)
-        for n in self.stream_counts():
+        for n in self.capacity_counts() or self.stream_counts():
             check_number("--streams", n, 1, MAX_STREAMS, "(streams decoded in one batch)")
         if self.limit is not None and self.limit < 1:
             raise UsageError(f"--limit must be at least 1, got {self.limit}")
@@ -207,8 +233,19 @@ class BenchRequest:
         """--streams as a sorted list: '1,4,2' -> [1, 2, 4]."""
         from streamasr.bench.sweep import parse_int_list
 
+        if self.capacity or self.streams is None:
+            return [1]
         values = parse_int_list(str(self.streams), "--streams")
         return sorted(v for v in values if v is not None) or [1]
+
+    def capacity_counts(self) -> list[int] | None:
+        """--capacity's stream counts to probe; None: search (auto)."""
+        if not self.capacity or self.streams is None or str(self.streams).strip() == "auto":
+            return None
+        from streamasr.bench.sweep import parse_int_list
+
+        values = parse_int_list(str(self.streams), "--streams")
+        return sorted(v for v in values if v is not None) or None
 
 
 def run_bench(request: BenchRequest) -> bool:
@@ -302,10 +339,17 @@ def run_bench(request: BenchRequest) -> bool:
             "limit": request.limit,
         }
     )
+    if request.capacity:
+        from streamasr.bench.report import dataset_record
+        from streamasr.commands.bench_capacity import run_capacity
+
+        check_out(request.out)
+        run_capacity(request, settings[0], data.utterances, options, run, dataset_record(data))
+        return False
     if request.workers > 1:
         from functools import partial
 
-        from streamasr.bench.workers import run_setting_in_workers
+        from streamasr.bench.worker_passes import run_setting_in_workers
 
         run_setting = partial(run_setting_in_workers, workers=request.workers)
     check_out(request.out)
@@ -337,7 +381,7 @@ def run_bench(request: BenchRequest) -> bool:
     checks = compare(baseline, doc, rules) if baseline is not None else []
     write_results(request.out, doc, checks)
     show_results(doc, request.out)
-    note_int8_batching(settings, str(request.streams))
+    note_int8_batching(settings, str(request.streams or 1))
     if request.plot is not None:
         from streamasr.bench.plot import plot_tradeoff
 

@@ -1,0 +1,147 @@
+"""One capacity probe in one worker: N live streams paced at real time through streamasr's loop.
+
+Why: "how many live streams does this machine hold" is only answered by the loop a server
+runs, not by a bare engine. Each stream is a StreamSession; every feed block (one chunk of
+audio by default) becomes available at its wall-clock time, as from a microphone or a
+socket, and the loop does what `streamasr serve`'s scheduler does: feed every block that has
+arrived, then one batched step over those sessions (batch.step_all). A block's latency is
+from the moment its audio was all there to the end of the step that consumed it. Streams
+start at evenly spread phases within one block, as independent clients would, so a step
+batches the streams that happen to be ready, not all of them at once.
+
+The first `WARMUP_S` of each probe (a quarter of a shorter one) (first steps at a new batch size) count in neither the
+latencies nor the CPU seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamasr.backends.base import Recognizer
+from streamasr.batch import step_all
+from streamasr.stream import StreamOptions, StreamSession
+
+#: Seconds at the start of a probe left out of its figures.
+WARMUP_S = 1.0
+#: A probe this far behind real time has failed already; it stops rather than run on.
+MAX_LAG_S = 5.0
+#: Streams start this many seconds apart in the shared clip, so they decode different audio.
+CLIP_STAGGER_S = 3.7
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """One worker's part of a probe: its streams are `first`..`first + streams - 1` of
+    `total`, all paced from the common monotonic `start_at` for `duration_s`."""
+
+    clip: np.ndarray
+    sample_rate: int
+    streams: int
+    first: int
+    total: int
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one worker measured: every block's latency, and what the steady part cost."""
+
+    latencies_ms: tuple[float, ...]
+    cpu_s: float
+    audio_s: float
+    late_start_ms: float  # how late the worker began after the common start
+    fell_behind: bool = False  # stopped early: a block waited more than MAX_LAG_S
+
+
+class CapacityProbe:
+    """Sessions opened (outside the timing), then `run(start_at)` paces them."""
+
+    def __init__(
+        self,
+        recognizer: Recognizer,
+        spec: ProbeSpec,
+        options: StreamOptions,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.recognizer = recognizer
+        self.spec = spec
+        self.clock = clock
+        self.sleep = sleep
+        self.sessions = [
+            StreamSession(recognizer, spec.sample_rate, f"stream-{spec.first + i}", options, clock)
+            for i in range(spec.streams)
+        ]
+        self.block_s = self.sessions[0].block_s if self.sessions else 0.0
+        self.block_n = max(1, round(self.block_s * spec.sample_rate))
+        blocks = int(spec.duration_s / self.block_s) if self.block_s > 0 else 0
+        self.blocks = blocks
+        need = blocks * self.block_n
+        stagger = round(CLIP_STAGGER_S * spec.sample_rate)
+        self.audio = [
+            np.resize(spec.clip, need + stagger * (spec.first + i))[stagger * (spec.first + i):]
+            for i in range(spec.streams)
+        ]
+
+    def _phase_s(self, index: int) -> float:
+        return (self.spec.first + index) / max(1, self.spec.total) * self.block_s
+
+    def run(self, start_at: float) -> ProbeResult:
+        """Pace every stream from `start_at` (monotonic seconds, shared by all workers)."""
+        now = self.clock()
+        if now < start_at:
+            self.sleep(start_at - now)
+        late_ms = max(0.0, (self.clock() - start_at) * 1000)
+        block_n = self.block_n
+        count = len(self.sessions)
+        # block k of stream i is all there at start + phase_i + (k + 1) * block
+        due = [start_at + self._phase_s(i) + self.block_s for i in range(count)]
+        fed = [0] * count
+        latencies: list[float] = []
+        steady_at = start_at + min(WARMUP_S, self.spec.duration_s / 4)
+        cpu_mark: float | None = None
+        behind = False
+        while True:
+            now = self.clock()
+            if cpu_mark is None and now >= steady_at:
+                cpu_mark = time.process_time()
+            arrived: list[tuple[int, float]] = []
+            for i in range(count):
+                while fed[i] < self.blocks and due[i] <= now:
+                    k = fed[i]
+                    self.sessions[i].accept(self.audio[i][k * block_n:(k + 1) * block_n])
+                    arrived.append((i, due[i]))
+                    fed[i] += 1
+                    due[i] += self.block_s
+            if arrived:
+                stepped = sorted({i for i, _ in arrived})
+                step_all(self.recognizer, [self.sessions[i] for i in stepped], self.clock)
+                done = self.clock()
+                latencies += [(done - t) * 1000 for _, t in arrived if t >= steady_at]
+                if done - min(t for _, t in arrived) > MAX_LAG_S:
+                    behind = True
+                    break
+                continue
+            waiting = [due[i] for i in range(count) if fed[i] < self.blocks]
+            if not waiting:
+                break
+            self.sleep(max(0.0, min(waiting) - self.clock()))
+        cpu_s = time.process_time() - cpu_mark if cpu_mark is not None else 0.0
+        return ProbeResult(
+            latencies_ms=tuple(round(x, 3) for x in latencies),
+            cpu_s=cpu_s,
+            audio_s=len(latencies) * self.block_s,
+            late_start_ms=round(late_ms, 3),
+            fell_behind=behind,
+        )
+
+
+def clip_from(blocks: Sequence[np.ndarray]) -> np.ndarray:
+    """The dataset's audio as one clip that every stream reads from (looped as needed)."""
+    if not blocks:
+        return np.zeros(0, np.float32)
+    return np.concatenate([np.asarray(b, np.float32) for b in blocks])

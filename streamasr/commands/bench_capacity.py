@@ -1,0 +1,82 @@
+"""`streamasr bench --capacity`: how many live streams this machine holds with this model."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from streamasr.commands.common import err_console
+from streamasr.errors import UsageError
+
+#: --probe-seconds bounds: shorter gives too few blocks for a p99; longer is a soak test.
+PROBE_MIN_S = 1.0
+PROBE_MAX_S = 600.0
+
+
+def check_capacity(request: Any) -> None:
+    """Refuse what a capacity run cannot honour, before anything is loaded."""
+    if request.realtime:
+        raise UsageError("--capacity paces every stream at real time itself; drop --realtime")
+    if request.ray is not None:
+        raise UsageError("--capacity measures this machine; drop --ray")
+    if request.model_options.vad_gate:
+        raise UsageError("--capacity runs batched steps, which --vad-gate cannot; drop it")
+    for flag, value in (("--baseline", request.baseline), ("--fail-on", request.fail_on),
+                        ("--plot", request.plot)):
+        if value is not None:
+            raise UsageError(f"--capacity writes its own report; drop {flag}")
+    if not PROBE_MIN_S <= request.probe_seconds <= PROBE_MAX_S:
+        raise UsageError(
+            f"--probe-seconds must be between {PROBE_MIN_S:g} and {PROBE_MAX_S:g}, "
+            f"got {request.probe_seconds:g}"
+        )
+
+
+def run_capacity(request: Any, setting: Any, utterances: Any, options: Any,
+                 run: dict[str, Any], dataset: dict[str, Any]) -> None:
+    """Load the workers, search the stream count, write and show the report."""
+    from streamasr.bench.capacity_report import headline, rich_table, write_capacity
+    from streamasr.bench.capacity_search import (
+        AUTO_MAX_PER_WORKER,
+        capacity_summary,
+        probe,
+        read_clip,
+        search,
+    )
+    from streamasr.bench.workers import worker_pool
+
+    counts = request.capacity_counts()
+    clip = read_clip(utterances)
+    deadline_ms = setting.recognizer.info.chunk_s * 1000
+    if deadline_ms <= 0:
+        raise UsageError("--capacity needs a model with a fixed chunk (its deadline)")
+    progress = err_console.print if err_console.is_terminal else (lambda *a, **k: None)
+    with worker_pool(setting.model, setting.backend, setting.engine, options,
+                     request.workers) as pool:
+        load_s = pool.start_ready()
+
+        def one(n: int) -> dict[str, Any]:
+            found = probe(pool, clip, n, request.probe_seconds, deadline_ms)
+            progress(f"capacity: {n} streams: p99 {found['p99_ms']} ms, "
+                     f"{'held' if found['held'] else 'missed'}", highlight=False, markup=False)
+            return found
+
+        probes = search(one, counts, request.workers, AUTO_MAX_PER_WORKER * request.workers)
+    run["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    doc = {
+        "run": run,
+        "dataset": dataset,
+        "capacity": capacity_summary(probes, deadline_ms, request.probe_seconds, load_s,
+                                     request.workers, counts is None),
+    }
+    write_capacity(request.out, doc)
+    table = rich_table(doc)
+    if err_console.is_terminal:
+        err_console.print(table)
+    else:
+        from rich.console import Console
+
+        Console(file=err_console.file, width=120, color_system=None).print(table)
+    err_console.print(headline(doc), highlight=False, markup=False)
+    err_console.print(f"results: {request.out / 'results.json'}, {request.out / 'results.md'}",
+                      highlight=False, markup=False)

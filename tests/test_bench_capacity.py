@@ -1,0 +1,95 @@
+"""`bench --workers` x `--streams`, and `bench --capacity`: live streams paced through the loop."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import make_dataset
+
+from streamasr.bench.capacity_search import search
+
+
+def _bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streamasr", "bench", *args],
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_dataset(tmp_path_factory.mktemp("capacity") / "ds", n=3, seed=7)
+
+
+def test_workers_times_streams_give_the_one_stream_text(dataset: Path, tmp_path: Path) -> None:
+    """Two workers each batching their share of 4 streams: same records as one stream (fp32)."""
+    proc = _bench(str(dataset / "manifest.jsonl"), "--model", "tiny-random-transducer",
+                  "--threads", "1", "--workers", "2", "--streams", "4", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    (setting,) = doc["settings"]
+    summary = setting["summary"]
+    assert summary["workers"] == 2 and summary["load_s"] > 0
+    (entry,) = [s for s in summary["streams"] if s["n"] == 4]
+    assert entry["workers"] == 2 and entry["streams_per_worker"] == [2, 2]
+    assert entry["same_text"] and entry["identical"], entry
+    rows = (dataset / "manifest.jsonl").read_text(encoding="utf-8").splitlines()
+    order = [Path(json.loads(row)["audio_filepath"]).name for row in rows]
+    assert [Path(u["audio"]).name for u in setting["utterances"]] == order
+    assert all(u["hypothesis"] for u in setting["utterances"])
+
+
+def test_capacity_reports_live_streams_held(dataset: Path, tmp_path: Path) -> None:
+    proc = _bench(str(dataset / "manifest.jsonl"), "--model", "tiny-en", "--threads", "1",
+                  "--capacity", "--streams", "1,2", "--probe-seconds", "2",
+                  "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    cap = doc["capacity"]
+    assert cap["largest_streams"] >= 1
+    assert cap["deadline_ms"] == 320.0 and cap["workers"] == 1 and cap["load_s"] > 0
+    assert [p["streams"] for p in cap["probes"]] == [1, 2]
+    for p in cap["probes"]:
+        assert p["blocks"] > 0 and p["p50_ms"] <= p["p99_ms"] <= p["max_ms"]
+        assert p["cpu_s_per_audio_s"] > 0 and p["held"] == (p["p99_ms"] <= 320.0)
+    assert doc["run"]["cpu"] and "loadavg_after" in doc["run"]
+    assert "live streams held" in proc.stderr
+    assert "| streams |" in (tmp_path / "results.md").read_text(encoding="utf-8")
+
+
+def test_search_doubles_then_bisects() -> None:
+    """The search's arithmetic, on a rule that holds up to 13 streams."""
+    order: list[int] = []
+
+    def probe(n: int) -> dict[str, object]:
+        order.append(n)
+        return {"streams": n, "held": n <= 13}
+
+    probes = search(probe, None, 1, 512)
+    assert order == [1, 2, 4, 8, 16, 12, 14, 13]
+    assert max(p["streams"] for p in probes if p["held"]) == 13  # type: ignore[type-var]
+    order.clear()
+    search(probe, None, 2, 8)  # everything up to the cap held: stops there
+    assert order == [2, 4, 8]
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--streams", "0"], "--streams"),
+        (["--realtime"], "drop --realtime"),
+        (["--probe-seconds", "0.1"], "--probe-seconds must be between"),
+        (["--chunk", "16,32"], "one setting"),
+    ],
+)
+def test_capacity_refuses_bad_values(dataset: Path, tmp_path: Path, extra: list[str],
+                                     says: str) -> None:
+    proc = _bench(str(dataset / "manifest.jsonl"), "--model", "tiny-random-transducer",
+                  "--capacity", *extra, "--out", str(tmp_path), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
