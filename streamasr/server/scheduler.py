@@ -11,6 +11,15 @@ and every session's events are those `streamasr file` prints for the same audio,
 same `audio_s` (int8 models quantise dynamically: there a batch can change a decode;
 docs/performance.md).
 
+Blocks that only buffer audio never cost a trip to the worker thread: while an utterance has
+no step in flight or queued, its blocks are fed on the event loop as they come, one at a
+time, until its stream has a chunk ready (where the engine can say so: the stream's
+`ready()`); only then does the utterance join a batch, and the worker steps it before it
+feeds the blocks that came after. The order of feeding and stepping, and so every event, is
+the same as before; only the thread differs. With 100 ms messages and a 320 ms chunk that
+is one hand-over per engine step instead of one per message, which on busy cores (where
+every wake-up of a thread waits for a core) is what kept first tokens and finals late.
+
 Events leave as the JSON lines of `streamasr file --format jsonl` (render.JsonlRenderer),
 handed to the connection's `deliver` callback on the event loop.
 
@@ -87,6 +96,8 @@ class Utterance:
     queued_samples: int = 0
     ending: bool = False
     ended: bool = False
+    in_job: bool = False  # taken into the job on the worker thread now
+    step_due: bool = False  # fed up to a ready chunk on the event loop: step before feeding
     discarded: bool = False
     done: asyncio.Future[None] | None = None
     drained: asyncio.Event = field(default_factory=asyncio.Event)
@@ -106,6 +117,7 @@ class _Work:
     utterance: Utterance
     blocks: list[np.ndarray]
     end: bool
+    primed: bool = False  # step it before feeding `blocks`
 
 
 class Scheduler:
@@ -159,9 +171,30 @@ class Scheduler:
             utterance.blocks.append(joined[start : start + size])
         utterance.pending = joined[whole:]
         utterance.queued_samples += len(samples)
-        if utterance.blocks:
+        self._feed_inline(utterance)
+        if utterance.blocks or utterance.step_due:
             utterance.drained.clear()
             self._mark_ready(utterance)
+
+    def _feed_inline(self, utterance: Utterance) -> None:
+        """On the event loop: feed queued blocks until the stream has a chunk ready.
+
+        Only while the worker thread neither holds the session nor has a step of it due, and
+        only where the stream can say when it is ready (and no VAD model runs on each block).
+        """
+        session = utterance.session
+        ready = getattr(session.stream, "ready", None)
+        busy = utterance.in_job or utterance.step_due
+        if ready is None or busy or self.options.vad.uses_front_end:
+            return
+        while utterance.blocks:
+            block = utterance.blocks.popleft()
+            utterance.queued_samples -= len(block)
+            session.accept(block)
+            self.metrics.audio_s.inc(len(block) / utterance.config.sample_rate)
+            if ready():
+                utterance.step_due = True
+                return
 
     def end(self, utterance: Utterance) -> asyncio.Future[None]:
         """End of input: the rest is fed, the tail padded; the future ends after the summary."""
@@ -218,6 +251,8 @@ class Scheduler:
             utterance, _ = self._ready.popitem(last=False)
             if utterance.discarded or utterance.ended:
                 continue
+            if not (utterance.blocks or utterance.step_due or utterance.ending):
+                continue  # fed on the event loop meanwhile; nothing for the worker
             count = min(len(utterance.blocks), MAX_BLOCKS_PER_JOB)
             blocks = [utterance.blocks.popleft() for _ in range(count)]
             utterance.queued_samples -= sum(len(block) for block in blocks)
@@ -228,7 +263,9 @@ class Scheduler:
                 utterance.drained.set()
             if end:
                 utterance.ended = True
-            work.append(_Work(utterance, blocks, end))
+            work.append(_Work(utterance, blocks, end, utterance.step_due))
+            utterance.step_due = False
+            utterance.in_job = True
         # Only now back in the queue: an utterance taken twice into one job would have its
         # stream stepped twice in one batched step, which the engine does not survive.
         for utterance in again:
@@ -237,6 +274,7 @@ class Scheduler:
 
     def _step(self, work: list[_Work]) -> None:
         """On the worker thread: feed block by block, batched steps; the ending ones close."""
+        self._step_sessions([item.utterance for item in work if item.primed])
         rounds = max((len(item.blocks) for item in work), default=0)
         for index in range(rounds):
             stepping = [item.utterance for item in work if index < len(item.blocks)]
@@ -274,6 +312,7 @@ class Scheduler:
         """On the event loop: hand each utterance's new lines to its connection."""
         for item in work:
             utterance = item.utterance
+            utterance.in_job = False
             lines = utterance.lines.take()
             if utterance.discarded:
                 continue
@@ -283,6 +322,12 @@ class Scheduler:
                 self.metrics.utterances.inc()
                 if utterance.done is not None and not utterance.done.done():
                     utterance.done.set_result(None)
+            elif not utterance.ending and utterance in self._ready:
+                # blocks that came during the step: feed them here if they hold no step
+                self._feed_inline(utterance)
+                if not (utterance.blocks or utterance.step_due):
+                    self._ready.pop(utterance, None)
+                    utterance.drained.set()
 
     def close(self) -> None:
         """Wait for a step in flight, then stop the worker thread."""

@@ -246,6 +246,10 @@ class SherpaStream:
             return
         self.stream.accept_waveform(sample_rate, samples)
 
+    def ready(self) -> bool:
+        """A chunk is buffered for the next step (the server feeds blocks until then)."""
+        return bool(self.engine.is_ready(self.stream))
+
     def decode_step(self) -> bool:
         """Run one encoder chunk if one is ready."""
         if not self.engine.is_ready(self.stream):

@@ -1,0 +1,188 @@
+#!/usr/bin/env python
+"""`streamasr serve` beside sherpa-onnx's own Python server, in one command.
+
+    python scripts/serve_side_by_side.py --sherpa-onnx PATH_TO_SHERPA_ONNX_GIT \
+        --ladder 2,4,6,8,12 --duration-s 20 --repeats 2 --overload --out side_by_side.json
+
+PATH_TO_SHERPA_ONNX_GIT is a clone of k2-fsa/sherpa-onnx (a work tree or a bare mirror):
+its `python-api-examples/streaming_server.py`, `http_server.py` and `web/` are taken out of
+git (`--rev`, default HEAD) into a temporary folder and run from there, so nothing of it is
+copied into this project.
+
+Starts, on free loopback ports, with the same model files and engine settings (1 thread,
+batches of up to 32 streams, 5 ms wait for a batch):
+
+- `streamasr serve` with its defaults (320 ms feed blocks, 0.66 s tail padding),
+- `streamasr serve --block-ms 100 --tail-padding 0.3` ("streamasr-matched": sherpa-onnx's
+  server feeds each 100 ms message as it comes and pads 0.3 s),
+- sherpa-onnx's `streaming_server.py`,
+
+then runs `scripts/serve_load.py --ladder ...` against the three (interleaved, same
+clients, same clips; the load average, CPU model and each server's CPU seconds recorded
+per run), stops them and writes serve_load's JSON (plus the commands and the sherpa-onnx
+commit) to `--out` and a short table to stdout. `--model DIR` runs another sherpa-onnx
+transducer folder (e.g. build/full/full-random-en) the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+START_LIMIT_S = 300.0
+ENGINE = {"threads": 1, "max_batch": 32, "max_wait_ms": 5}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def git(repo: Path, *args: str) -> bytes:
+    return subprocess.run(["git", f"--git-dir={git_dir(repo)}", *args], check=True,
+                          capture_output=True).stdout
+
+
+def git_dir(repo: Path) -> Path:
+    return repo / ".git" if (repo / ".git").exists() else repo
+
+
+def extract_sherpa_server(repo: Path, rev: str, into: Path) -> str:
+    """streaming_server.py, http_server.py and web/ of `rev` into `into`; the commit."""
+    for name in ("streaming_server.py", "http_server.py"):
+        (into / name).write_bytes(git(repo, "show", f"{rev}:python-api-examples/{name}"))
+    archive = git(repo, "archive", "--format=tar", rev, "python-api-examples/web")
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        for member in tar.getmembers():
+            member.name = member.name.removeprefix("python-api-examples/")
+        tar.extractall(into, filter="data")
+    return git(repo, "rev-parse", "--short", rev).decode().strip()
+
+
+def model_files(folder: Path) -> dict[str, Path]:
+    """The files a streamasr load of `folder` uses: int8 encoder/joiner where present."""
+    found: dict[str, Path] = {"tokens": folder / "tokens.txt"}
+    for part in ("encoder", "decoder", "joiner"):
+        names = sorted(folder.glob(f"{part}-*chunk-16-*.onnx"))
+        int8 = [name for name in names if name.name.endswith(".int8.onnx")]
+        fp32 = [name for name in names if not name.name.endswith(".int8.onnx")]
+        pick = (int8 or fp32) if part != "decoder" else (fp32 or int8)
+        if not pick:
+            raise SystemExit(f"{folder}: no {part}-*chunk-16-*.onnx")
+        found[part] = pick[0]
+    if not found["tokens"].is_file():
+        raise SystemExit(f"{folder}: no tokens.txt")
+    return found
+
+
+def wait_port(port: int, process: subprocess.Popen[bytes], name: str) -> None:
+    deadline = time.monotonic() + START_LIMIT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"{name} exited with {process.returncode} before it listened")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise SystemExit(f"{name} did not listen within {START_LIMIT_S:g} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sherpa-onnx", type=Path,
+                        default=os.environ.get("SHERPA_ONNX_REPO"),
+                        help="a git clone of k2-fsa/sherpa-onnx (or SHERPA_ONNX_REPO)")
+    parser.add_argument("--rev", default="HEAD", help="its commit to run")
+    parser.add_argument("--model", type=Path, default=REPO / "models" / "tiny-en")
+    parser.add_argument("--ladder", default="2,4,6,8,12")
+    parser.add_argument("--duration-s", default="20")
+    parser.add_argument("--repeats", default="2")
+    parser.add_argument("--overload", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("serve_side_by_side.json"))
+    args = parser.parse_args()
+    if args.sherpa_onnx is None:
+        parser.error("--sherpa-onnx PATH (a git clone of k2-fsa/sherpa-onnx) is required")
+    model = args.model.resolve()
+    files = model_files(model)
+    with tempfile.TemporaryDirectory(prefix="sherpa-server-") as tmp:
+        commit = extract_sherpa_server(args.sherpa_onnx, args.rev, Path(tmp))
+        ports = {"streamasr": free_port(), "streamasr-matched": free_port(),
+                 "sherpa-onnx": free_port()}
+        serve = [sys.executable, "-m", "streamasr", "serve", "--model", str(model),
+                 "--threads", str(ENGINE["threads"]), "--max-batch", str(ENGINE["max_batch"]),
+                 "--max-wait-ms", str(ENGINE["max_wait_ms"]), "--max-connections", "256"]
+        commands = {
+            "streamasr": [*serve, "--port", str(ports["streamasr"])],
+            "streamasr-matched": [*serve, "--port", str(ports["streamasr-matched"]),
+                                  "--block-ms", "100", "--tail-padding", "0.3"],
+            "sherpa-onnx": [
+                sys.executable, "streaming_server.py", "--port", str(ports["sherpa-onnx"]),
+                "--num-threads", str(ENGINE["threads"]),
+                "--max-batch-size", str(ENGINE["max_batch"]),
+                "--max-wait-ms", str(ENGINE["max_wait_ms"]),
+                "--max-active-connections", "256", "--doc-root", "web",
+                "--tokens", str(files["tokens"]), "--encoder", str(files["encoder"]),
+                "--decoder", str(files["decoder"]), "--joiner", str(files["joiner"]),
+            ],
+        }
+        processes: dict[str, subprocess.Popen[bytes]] = {}
+        try:
+            for name, command in commands.items():
+                cwd = tmp if name == "sherpa-onnx" else REPO
+                processes[name] = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL,
+                                                   stderr=subprocess.DEVNULL)
+            for name, process in processes.items():
+                wait_port(ports[name], process, name)
+            targets = []
+            for name, process in processes.items():
+                protocol = "sherpa" if name == "sherpa-onnx" else "streamasr"
+                path = "" if name == "sherpa-onnx" else "/ws"
+                targets += ["--target",
+                            f"{protocol},{name},{process.pid},ws://127.0.0.1:{ports[name]}{path}"]
+            load = [sys.executable, str(REPO / "scripts" / "serve_load.py"),
+                    "--ladder", args.ladder, "--duration-s", args.duration_s,
+                    "--repeats", args.repeats, *(["--overload"] if args.overload else []),
+                    *targets]
+            done = subprocess.run(load, cwd=REPO, check=True, capture_output=True, text=True)
+            result = json.loads(done.stdout)
+        finally:
+            for process in processes.values():
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            for process in processes.values():
+                try:
+                    process.wait(60)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+    result["sherpa_onnx_commit"] = commit
+    result["model"] = {part: path.name for part, path in files.items()}
+    result["commands"] = {name: " ".join(re.sub(r"^.*/", "", part) if part.startswith("/")
+                                         else part for part in command)
+                          for name, command in commands.items()}
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{'N':>4} {'server':18} {'ft p50':>7} {'ft p99':>7} {'fin p50':>7} {'fin p99':>7} "
+          f"{'sess':>4} {'fail':>4} {'cpu/s':>6} load")
+    for run in result["runs"]:
+        fails = run["lost_finals"] + run["dropped"] + run["refused"]
+        print(f"{run['clients']:>4} {run['server']:18} {run['first_token_s']['p50']!s:>7} "
+              f"{run['first_token_s']['p99']!s:>7} {run['final_s']['p50']!s:>7} "
+              f"{run['final_s']['p99']!s:>7} {run['sessions']:>4} {fails:>4} "
+              f"{run['server_cpu_per_audio_s']!s:>6} {run['load_1min']}")
+    print("capacity:", result["capacity"], "->", args.out)
+
+
+if __name__ == "__main__":
+    main()
