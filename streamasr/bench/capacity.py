@@ -9,8 +9,8 @@ from the moment its audio was all there to the end of the step that consumed it.
 start at evenly spread phases within one block, as independent clients would, so a step
 batches the streams that happen to be ready, not all of them at once.
 
-The first `WARMUP_S` of each probe (a quarter of a shorter one) (first steps at a new batch size) count in neither the
-latencies nor the CPU seconds.
+The first `WARMUP_S` of each probe (a quarter of a shorter one), where the first steps at a new
+batch size fall, count in neither the latencies nor the CPU seconds.
 """
 
 from __future__ import annotations

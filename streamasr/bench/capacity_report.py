@@ -54,6 +54,8 @@ def headline(doc: dict[str, Any]) -> str:
         f"{cap['deadline_ms']:.0f} ms chunk) on {cap['workers']} worker(s), "
         f"{cap['cores']} core(s), {run.get('cpu', 'unknown CPU')}; "
         f"model load {cap['load_s']:.2f} s, not timed"
+        + (f"; the CPU alone would allow {cap['cpu_bound_streams']} (cores / CPU s per audio s)"
+           if cap.get("cpu_bound_streams") else "")
     )
 
 

@@ -171,9 +171,18 @@ def capacity_summary(
         "load_s": round(load_s, 3),
         # what the streams would need of the whole machine at that figure
         "cores_needed_at_largest": round(cpu * best, 3) if cpu is not None else None,
+        # the CPU's own bound: every core busy at the cheapest cost per audio second seen
+        "cpu_bound_streams": _cpu_bound(probes),
         "probes": sorted(probes, key=lambda p: p["streams"]),
         "probe_order": [p["streams"] for p in probes],
     }
+
+
+def _cpu_bound(probes: Sequence[dict[str, Any]]) -> int | None:
+    """How many streams the cores could feed if nothing but decoding ran: cores / (CPU s per
+    audio s), at the cheapest probe (batches cost less per stream as they grow)."""
+    costs = [p["cpu_s_per_audio_s"] for p in probes if p["cpu_s_per_audio_s"]]
+    return int(_cores() / min(costs)) if costs else None
 
 
 def _cores() -> int:
