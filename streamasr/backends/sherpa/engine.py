@@ -35,6 +35,10 @@ log = logging.getLogger("streamasr")
 ENGINE_SAMPLE_RATE = 16000
 OUTPUT_FRAME_S = 0.04  # streaming Zipformer output rate: 25 Hz
 NAME = "sherpa-onnx"  # as in entry.py, which the registry imports without this module
+# encoder `model_type`s sherpa-onnx's transducer loader accepts by name. Without the name it
+# opens a whole extra encoder session just to read this metadata value, which we have read
+# already: about half of a load (docs/performance.md, "First sample").
+NAMED_TRANSDUCER_TYPES = frozenset({"zipformer2", "zipformer", "conformer", "lstm"})
 
 
 def check_engine_options(own: SherpaSettings, kind: str) -> None:
@@ -137,7 +141,9 @@ class SherpaRecognizer:
         )
         try:
             if files.kind == "transducer":
+                model_type = files.metadata.model_type
                 transducer = dict(
+                    model_type=model_type if model_type in NAMED_TRANSDUCER_TYPES else "",
                     max_active_paths=MAX_ACTIVE_PATHS,
                     hotwords_file=own.hotwords,
                     hotwords_score=own.hotwords_score,

@@ -58,12 +58,18 @@ class OrtLibrary:
 
     def save_optimised(self, source: str, target: str, level: int) -> None:
         """Load `source` at graph optimisation `level`; ONNX Runtime writes `target`."""
+        self.open_session(source, level, target)
+
+    def open_session(self, source: str, level: int, target: str | None = None) -> None:
+        """Create (and leak: this process is short-lived) one session on one thread; with
+        `target`, ONNX Runtime also writes the optimised graph there."""
         options = _P()
         self._check(self._fn(_CREATE_SESSION_OPTIONS, _PP)(ctypes.byref(options)))
         self._check(self._fn(_SET_INTRA_OP_NUM_THREADS, _P, ctypes.c_int)(options, 1))
         self._check(self._fn(_SET_GRAPH_OPTIMIZATION_LEVEL, _P, ctypes.c_int)(options, level))
-        set_path = self._fn(_SET_OPTIMIZED_MODEL_FILE_PATH, _P, ctypes.c_char_p)
-        self._check(set_path(options, target.encode()))
+        if target is not None:
+            set_path = self._fn(_SET_OPTIMIZED_MODEL_FILE_PATH, _P, ctypes.c_char_p)
+            self._check(set_path(options, target.encode()))
         session = _P()
         create = self._fn(_CREATE_SESSION, _P, ctypes.c_char_p, _P, _PP)
         self._check(create(self._env, source.encode(), options, ctypes.byref(session)))
