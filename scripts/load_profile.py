@@ -17,10 +17,15 @@ original / optimised. Figures, per model:
   ENABLE_ALL) on the original and the optimised graph, and with optimisation off on the
   optimised graph (`..._noopt_s`: parsing plus kernel set-up, what no cache can remove);
 - `build_s`: making the cache entries from nothing (graph_cache.optimised_paths, one child);
-- `recognizer_<variant>_s`: `sherpa_onnx.OnlineRecognizer.from_transducer`, 1 thread;
+- `recognizer_<variant>_s`: `sherpa_onnx.OnlineRecognizer.from_transducer`, 1 thread, for
+  `original` (the files as they are, no `model_type`: sherpa-onnx then opens one more
+  encoder session only to read that metadata value), `named` (the files as they are, the
+  encoder's `model_type` passed) and `optimised` (cached graphs, `model_type` passed: what
+  streamasr does);
 - `first_sample_<variant>_s`: from the start of the load to the first decoded chunk;
 - `cli_<variant>_s` (tiny-en): `python -m streamasr file clip` wall time, the cache switched
-  off (STREAMASR_GRAPH_CACHE=0) vs a warm cache.
+  off (`original`: STREAMASR_GRAPH_CACHE=0; streamasr names `model_type` either way) vs a
+  warm cache (`optimised`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ FULL = ROOT / "build" / "full" / "full-random-en"
 CLIP = TINY / "test_wavs" / "0.wav"
 ORT_DEFAULT_LEVEL = 99  # ORT_ENABLE_ALL: sherpa-onnx leaves the level at ONNX Runtime's default
 ORT_NO_OPT = 0
+
+from streamasr.backends.sherpa.onnx_meta import read_encoder_metadata  # noqa: E402
 
 
 def model_sets(full: bool) -> dict[str, dict[str, Path]]:
@@ -99,7 +106,7 @@ def child_build(paths: list[str], folder: str) -> dict:
     return {"seconds": time.perf_counter() - t0, "paths": [str(p) for p in out]}
 
 
-def child_recognizer(encoder: str, decoder: str, joiner: str, tokens: str) -> dict:
+def child_recognizer(encoder: str, decoder: str, joiner: str, tokens: str, kind: str) -> dict:
     import numpy as np
     import soundfile as sf
 
@@ -108,7 +115,8 @@ def child_recognizer(encoder: str, decoder: str, joiner: str, tokens: str) -> di
 
     t1 = time.perf_counter()
     engine = sherpa_onnx.OnlineRecognizer.from_transducer(
-        encoder=encoder, decoder=decoder, joiner=joiner, tokens=tokens, num_threads=1
+        encoder=encoder, decoder=decoder, joiner=joiner, tokens=tokens, num_threads=1,
+        model_type="" if kind == "-" else kind,
     )
     t2 = time.perf_counter()
     audio, rate = sf.read(CLIP, dtype="float32")
@@ -161,6 +169,7 @@ def profile(name: str, files: dict[str, Path], reps: int, cache: str) -> dict:
     roles = ["encoder", "decoder", "joiner"]
     sources = [str(files[r]) for r in roles]
     optimised = spawn("build", *sources, cache)["paths"]
+    model_type = read_encoder_metadata(files["encoder"]).model_type
     if optimised == sources:
         sys.exit(f"{name}: the graph cache made no entries (see STREAMASR_GRAPH_CACHE)")
     runs: dict[str, list[float]] = {}
@@ -180,8 +189,12 @@ def profile(name: str, files: dict[str, Path], reps: int, cache: str) -> dict:
                 ("noopt", graph, ORT_NO_OPT),
             ):
                 add(f"session_{role}_{variant}_s", spawn("session", path, str(level))["seconds"])
-        for variant, graphs in (("original", sources), ("optimised", optimised)):
-            got = spawn("recognizer", *graphs, str(files["tokens"]))
+        for variant, graphs, kind in (
+            ("original", sources, "-"),
+            ("named", sources, model_type),
+            ("optimised", optimised, model_type),
+        ):
+            got = spawn("recognizer", *graphs, str(files["tokens"]), kind)
             add(f"recognizer_{variant}_s", got["seconds"])
             add(f"first_sample_{variant}_s", got["first_sample_s"])
             add("import_sherpa_onnx_s", got["import_s"])
@@ -190,13 +203,14 @@ def profile(name: str, files: dict[str, Path], reps: int, cache: str) -> dict:
             add("cli_optimised_s", cli_seconds(True, cache))
     medians = {k: round(statistics.median(v), 4) for k, v in runs.items()}
     ratios = {
-        what: round(medians[f"{what}_original_s"] / medians[f"{what}_optimised_s"], 2)
+        f"{what} {a}/{b}": round(medians[f"{what}_{a}_s"] / medians[f"{what}_{b}_s"], 2)
         for what in ("recognizer", "first_sample", "cli")
-        if f"{what}_original_s" in medians
+        for a, b in (("original", "optimised"), ("original", "named"), ("named", "optimised"))
+        if f"{what}_{a}_s" in medians and f"{what}_{b}_s" in medians
     }
     return {"files": {k: str(v.relative_to(ROOT)) for k, v in files.items()},
             "bytes": {r: files[r].stat().st_size for r in roles},
-            "median": medians, "original_over_optimised": ratios, "runs": runs}
+            "median": medians, "ratios": ratios, "runs": runs}
 
 
 def main() -> None:
@@ -228,7 +242,7 @@ def main() -> None:
         print(f"{name}: recognizer {m['recognizer_original_s']:.2f} s -> "
               f"{m['recognizer_optimised_s']:.2f} s, first sample "
               f"{m['first_sample_original_s']:.2f} s -> {m['first_sample_optimised_s']:.2f} s, "
-              f"build once {m['build_s']:.2f} s; ratios {got['original_over_optimised']}",
+              f"build once {m['build_s']:.2f} s; ratios {got['ratios']}",
               file=sys.stderr)
 
 
