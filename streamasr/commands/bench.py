@@ -200,7 +200,8 @@ class BenchRequest:
         if self.capacity:
             from streamasr.commands.bench_capacity import check_capacity
 
-            if swept_option(self.model_options.engine):
+            swept = swept_option(self.model_options.engine)
+            if swept and any(sep in str(self.model_options.engine[swept]) for sep in ",/"):
                 raise UsageError("--capacity measures one setting; give one value of the "
                                  "swept option")
             check_capacity(self)
