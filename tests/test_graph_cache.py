@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -168,3 +169,21 @@ def test_a_file_onnx_runtime_cannot_optimise_is_loaded_as_it_is_and_not_retried(
     assert record["failed"]
     assert graph_cache.optimised_paths([bad]) == [bad]
     assert len(entries(folder)) == 1
+
+
+def test_models_pull_leaves_the_graphs_optimised(tmp_path: Path) -> None:
+    source = REPO / "models" / "tiny-random-ctc"
+    tarball = tmp_path / "my-ctc.tar.bz2"
+    with tarfile.open(tarball, "w:bz2") as tar:
+        tar.add(source, arcname="my-ctc")
+    folder = tmp_path / "graphs"
+    env = {**os.environ, graph_cache.ENV_DIR: str(folder), "STREAMASR_HOME": str(tmp_path)}
+    env.pop(graph_cache.ENV_SWITCH, None)
+    pulled = subprocess.run(
+        [sys.executable, "-m", "streamasr", "models", "pull", "my-ctc", "--archive",
+         str(tarball)], capture_output=True, text=True, env=env, check=False,
+    )
+    assert pulled.returncode == 0, pulled.stderr
+    (record,) = entries(folder).values()
+    assert record["source"] == "ctc-epoch-0-avg-1-chunk-16-left-64.onnx"
+    assert "failed" not in record

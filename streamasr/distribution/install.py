@@ -324,6 +324,9 @@ def _pull_into(
         log.warning("%s: the pinned sha256 %s was replaced by %s", target.name, replaced,
                     archive_sha)
     log.info("installed %s in %s", target.name, directory)
+    from streamasr.backends.sherpa.graph_cache import prepare_folder
+
+    prepare_folder(directory)  # optimised graphs now, so the first load is a quick one
     return PullResult(
         target.name, directory, False, archive_sha, target.checksum_source, len(files),
         sum(int(f["bytes"]) for f in files.values()),  # type: ignore[call-overload]

@@ -160,10 +160,14 @@ def optimised_paths(sources: list[Path]) -> list[Path]:
     chosen = list(sources)
     missing: list[tuple[int, Path]] = []
     for index, source in enumerate(sources):
-        if source.stat().st_size > MAX_SOURCE_BYTES:
+        if source.is_file() and source.stat().st_size > MAX_SOURCE_BYTES:
             log.debug("graph cache: %s is too large for a single-file optimised graph", source)
             continue
-        entry = root / entry_key(file_sha256(source), version)
+        try:
+            entry = root / entry_key(file_sha256(source), version)
+        except OSError as exc:  # the load that follows says what is wrong with the file
+            log.debug("graph cache: cannot read %s (%s)", source, exc)
+            continue
         graph, why = _valid_graph(entry) if entry.exists() else (None, "")
         if graph is not None:
             chosen[index] = graph
@@ -180,6 +184,20 @@ def optimised_paths(sources: list[Path]) -> list[Path]:
             if graph is not None:
                 chosen[index] = graph
     return chosen
+
+
+def prepare_folder(directory: Path) -> None:
+    """Optimise the graphs a load of this model folder uses (`models pull` calls this), so
+    its first load is as quick as later ones. Not a sherpa-onnx model folder: nothing to do."""
+    from streamasr.backends.sherpa.modeldir import resolve_model
+    from streamasr.errors import StreamAsrError
+
+    try:
+        files = resolve_model(str(directory))
+    except StreamAsrError as exc:
+        log.debug("graph cache: %s is not a sherpa-onnx model folder (%s)", directory, exc)
+        return
+    optimised_paths(list(files.onnx_files()))
 
 
 def _build(
