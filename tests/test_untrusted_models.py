@@ -361,6 +361,24 @@ def test_trust_model_config_lets_a_harmless_unlisted_class_in_with_a_warning(tmp
     assert trusted.stdout == plain.stdout  # spec augment acts in training only
 
 
+def test_a_refused_nemo_never_imports_torch(tmp_path):
+    """The archive is checked before torch (seconds to import) and NeMo are."""
+    crafted = craft(tmp_path / "patched.nemo",
+                    lambda c: c.update(spec_augment={"_target_": HARMLESS_UNLISTED}))
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['streamasr', 'file', {str(CLIP)!r}, '--model', {str(crafted)!r}]\n"
+        "try:\n"
+        "    runpy.run_module('streamasr.cli', run_name='__main__')\n"
+        "except SystemExit as exit:\n"
+        "    print(exit.code, sorted(m for m in ('torch', 'nemo') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+    assert HARMLESS_UNLISTED in done.stderr, done.stderr
+    assert done.stdout.split() == ["1", "[]"], done.stdout + done.stderr
+
+
 def test_the_allowlist_names_real_classes_and_the_attack_is_real(tmp_path):
     """Every allowed name imports to a class; and without the check, NeMo itself runs the
     function a crafted config names (the marker appears)."""

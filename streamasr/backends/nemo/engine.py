@@ -25,7 +25,6 @@ import numpy as np
 from streamasr.backends.base import BackendInfo, RecognizerStream
 from streamasr.backends.nemo.loading import (
     check_device,
-    import_torch,
     load_model,
     quiet_nemo,
     require_nemo,
@@ -78,7 +77,6 @@ class NemoRecognizer:
         trust_config: bool = False,
     ) -> None:
         self.device = check_device(device)
-        torch = import_torch()
         if threads is not None:
             if threads < 1:
                 raise UsageError(f"--threads must be at least 1, got {threads}")
@@ -90,7 +88,7 @@ class NemoRecognizer:
                 f"NeMo model {self.path} does not exist; give a .nemo file "
                 "(e.g. models/tiny-nemo-streaming/tiny-nemo-streaming.nemo)"
             )
-        model = load_model(torch, self.path, self.device, trust_config)
+        model = load_model(self.path, self.device, trust_config)
         self.model = model.eval()
         # a shallow copy shares the weights and owns the look-ahead (NeMo keeps it on the
         # encoder: att_context_size, streaming_cfg), so recognizers of one .nemo at

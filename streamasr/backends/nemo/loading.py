@@ -30,9 +30,19 @@ def import_torch():
 
 
 def check_device(device: str) -> str:
-    """'cpu', 'cuda' or 'cuda:N'; CUDA must really be there."""
+    """'cpu', 'cuda' or 'cuda:N'; CUDA must really be there.
+
+    On the CPU torch is only looked up, not imported (~4 s): a .nemo the archive check
+    refuses never pays for it. CUDA needs torch to ask, so a missing GPU is said first.
+    """
     if device != "cpu" and not (device == "cuda" or device.startswith("cuda:")):
         raise UsageError(f"--device {device!r} is not a device; use cpu, cuda or cuda:N")
+    if device == "cpu":
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            import_torch()  # raises the DependencyError with the install line
+        return device
     torch = import_torch()
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
@@ -90,17 +100,19 @@ def require_nemo() -> None:
 _LOADED: dict[tuple[str, str, int, bool], object] = {}
 
 
-def load_model(torch, path: Path, device: str, trust_config: bool = False):
+def load_model(path: Path, device: str, trust_config: bool = False):
     """Restore a .nemo once per (file, device); recognizers at other look-aheads share it.
 
-    The archive is unpacked and its config checked before NeMo is imported (nemo_archive.py
-    says why); `trust_config` lets in classes outside the allowlist, with a warning.
+    The archive is unpacked and its config checked before torch and NeMo are imported
+    (nemo_archive.py says why; a refused file costs neither); `trust_config` lets in classes
+    outside the allowlist, with a warning.
     """
     from streamasr.backends.nemo import archive as nemo_archive
 
     key = (str(path.resolve()), device, path.stat().st_mtime_ns, trust_config)
     if key not in _LOADED:
         with nemo_archive.opened(path, trust_config) as vetted:
+            torch = import_torch()
             nemo_asr = import_nemo_asr()
             try:
                 with quiet_nemo():
