@@ -137,10 +137,16 @@ def main() -> None:
     )
     parser.add_argument("--out-dir", type=Path, default=Path("models"), help="parent folder")
     parser.add_argument("--seed", type=int, default=mtm.SEED, help="weights seed")
+    parser.add_argument(
+        "--only", action="append", choices=sorted(MODELS), default=None, metavar="NAME",
+        help="make only this model (repeatable; default: all); the test suite checks one",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)
     for name, tokens in MODELS.items():
+        if args.only and name not in args.only:
+            continue
         for path in sorted(make(args.out_dir, name, tokens, args.seed)):
             print(f"{mtm.sha256(path)}  {name}/{path.name}  ({path.stat().st_size} bytes)")
 

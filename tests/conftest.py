@@ -47,6 +47,14 @@ SLOW_FILES_FIRST = (
 ONE_WORKER_GROUPS = {"ray": "test_ray"}  # group name: file-name prefix
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """`--long`: the full variants of tests CI runs at a smaller size (scripts/long_tests.sh)."""
+    parser.addoption(
+        "--long", action="store_true", default=False,
+        help="run the long variants (every committed model regenerated, ...) instead of CI's",
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Slow files first (a stable sort: files and tests otherwise keep their order)."""
     rank = {name: index for index, name in enumerate(SLOW_FILES_FIRST)}
