@@ -3,9 +3,10 @@
 Why: "how many live streams does this machine hold" is only answered by the loop a server
 runs, not by a bare engine. Each stream is a StreamSession; every feed block (one chunk of
 audio by default) becomes available at its wall-clock time, as from a microphone or a
-socket, and the loop does what `streamasr serve`'s scheduler does: feed every block that has
-arrived, then one batched step over those sessions (batch.step_all). A block's latency is
-from the moment its audio was all there to the end of the step that consumed it. Streams
+socket, and the loop does what `streamasr serve`'s scheduler does: feed each stream the
+oldest block that has arrived, then one batched step over those sessions (batch.step_all).
+A block's latency is from the moment its audio was all there to the end of the step that
+consumed it. Streams
 start at evenly spread phases within one block, as independent clients would, so a step
 batches the streams that happen to be ready, not all of them at once.
 
@@ -109,22 +110,24 @@ class CapacityProbe:
             now = self.clock()
             if cpu_mark is None and now >= steady_at:
                 cpu_mark = time.process_time()
+            # one block per stream and round, as the server feeds them: a stream that is
+            # behind gets its next block in the next round, so a round's work stays bounded
             arrived: list[tuple[int, float]] = []
             for i in range(count):
-                while fed[i] < self.blocks and due[i] <= now:
+                if fed[i] < self.blocks and due[i] <= now:
                     k = fed[i]
                     self.sessions[i].accept(self.audio[i][k * block_n:(k + 1) * block_n])
                     arrived.append((i, due[i]))
                     fed[i] += 1
                     due[i] += self.block_s
             if arrived:
-                stepped = sorted({i for i, _ in arrived})
-                step_all(self.recognizer, [self.sessions[i] for i in stepped], self.clock)
-                done = self.clock()
-                latencies += [(done - t) * 1000 for _, t in arrived if t >= steady_at]
-                if done - min(t for _, t in arrived) > MAX_LAG_S:
+                if now - min(t for _, t in arrived) > MAX_LAG_S:
                     behind = True
                     break
+                stepped = [self.sessions[i] for i, _ in arrived]
+                step_all(self.recognizer, stepped, self.clock)
+                done = self.clock()
+                latencies += [(done - t) * 1000 for _, t in arrived if t >= steady_at]
                 continue
             waiting = [due[i] for i in range(count) if fed[i] < self.blocks]
             if not waiting:
