@@ -72,11 +72,21 @@ def extract_sherpa_server(repo: Path, rev: str, into: Path) -> str:
     return git(repo, "rev-parse", "--short", rev).decode().strip()
 
 
+def left_context(path: Path) -> int:
+    match = re.search(r"chunk-\d+-left-(\d+)", path.name)
+    return int(match.group(1)) if match else 0
+
+
 def model_files(folder: Path) -> dict[str, Path]:
-    """The files a streamasr load of `folder` uses: int8 encoder/joiner where present."""
+    """The files `streamasr serve --model folder --chunk 16` loads: the longest left context,
+    int8 encoder and joiner where present."""
     found: dict[str, Path] = {"tokens": folder / "tokens.txt"}
+    encoders = list(folder.glob("encoder-*chunk-16-*.onnx"))
+    if not encoders:
+        raise SystemExit(f"{folder}: no encoder-*chunk-16-*.onnx")
+    tag = f"chunk-16-left-{max(left_context(path) for path in encoders)}"
     for part in ("encoder", "decoder", "joiner"):
-        names = sorted(folder.glob(f"{part}-*chunk-16-*.onnx"))
+        names = sorted(folder.glob(f"{part}-*{tag}.*onnx"))
         int8 = [name for name in names if name.name.endswith(".int8.onnx")]
         fp32 = [name for name in names if not name.name.endswith(".int8.onnx")]
         pick = (int8 or fp32) if part != "decoder" else (fp32 or int8)
@@ -121,7 +131,7 @@ def main() -> None:
         commit = extract_sherpa_server(args.sherpa_onnx, args.rev, Path(tmp))
         ports = {"streamasr": free_port(), "streamasr-matched": free_port(),
                  "sherpa-onnx": free_port()}
-        serve = [sys.executable, "-m", "streamasr", "serve", "--model", str(model),
+        serve = [sys.executable, "-m", "streamasr", "serve", "--model", str(model), "--chunk", "16",
                  "--threads", str(ENGINE["threads"]), "--max-batch", str(ENGINE["max_batch"]),
                  "--max-wait-ms", str(ENGINE["max_wait_ms"]), "--max-connections", "256"]
         commands = {
