@@ -1,4 +1,4 @@
-"""A client that sends more audio at once than one scheduler job takes (16 feed blocks).
+"""A client that sends more audio at once than one scheduler job takes (one chunk's blocks).
 
 The scheduler hands such an utterance's blocks out over several jobs. Each batched engine
 step must see its stream once: the same utterance taken twice into one job had its stream
@@ -23,7 +23,7 @@ def test_audio_sent_all_at_once_is_decoded_as_file_decodes_it(tmp_path: Path) ->
     path = tmp_path / "long.wav"
     sf.write(path, audio, 16000, subtype="PCM_16")
     blocks = len(audio) / (0.32 * 16000)
-    assert blocks > 2 * 16  # feed blocks of one chunk: more than two jobs' worth
+    assert blocks > 2 * 16  # feed blocks of one chunk: many jobs' worth
     expected = file_events(str(path))[str(path)]
 
     with serve() as server:

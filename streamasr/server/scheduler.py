@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -53,9 +54,11 @@ from streamasr.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
 
-#: Feed blocks one utterance contributes to one batched job: keeps a client that sent a lot
-#: at once from holding the others' turn for long.
-MAX_BLOCKS_PER_JOB = 16
+#: Audio one utterance contributes to one batched job, in engine chunks: an utterance that
+#: is behind (a client that sent a lot at once, a server past its capacity) advances about
+#: one step per job, as every other does, so a job stays one batched step long and a new
+#: or a punctual utterance never waits behind several steps of another's backlog.
+CHUNKS_PER_JOB = 1
 
 
 class _Lines:
@@ -89,6 +92,7 @@ class Utterance:
     deliver: Callable[[list[str]], None]
     fail: Callable[[str], None]
     block_samples: int
+    job_blocks: int  # feed blocks per job: one engine chunk's worth, at least one
     lines: _Lines = field(default_factory=_Lines)
     renderer: JsonlRenderer = field(init=False)
     pending: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
@@ -158,7 +162,9 @@ class Scheduler:
 
         session = await asyncio.get_running_loop().run_in_executor(self._executor, make)
         block = max(1, round(session.block_s * config.sample_rate))
-        return Utterance(session, config, deliver, fail, block)
+        chunks_s = CHUNKS_PER_JOB * self.recognizer.chunk_s
+        per_job = max(1, math.ceil(chunks_s / session.block_s - 1e-6))
+        return Utterance(session, config, deliver, fail, block, per_job)
 
     def add_audio(self, utterance: Utterance, samples: np.ndarray) -> None:
         """Queue mono float32 samples; whole feed blocks become ready for the next step."""
@@ -253,7 +259,7 @@ class Scheduler:
                 continue
             if not (utterance.blocks or utterance.step_due or utterance.ending):
                 continue  # fed on the event loop meanwhile; nothing for the worker
-            count = min(len(utterance.blocks), MAX_BLOCKS_PER_JOB)
+            count = min(len(utterance.blocks), utterance.job_blocks)
             blocks = [utterance.blocks.popleft() for _ in range(count)]
             utterance.queued_samples -= sum(len(block) for block in blocks)
             end = utterance.ending and not utterance.blocks
