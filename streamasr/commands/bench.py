@@ -162,6 +162,8 @@ def register(app: typer.Typer) -> None:
         except KeyboardInterrupt:
             kept = out / RECORDS_NAME
             where = f"the finished utterances are in {kept}" if kept.is_file() else "nothing ran"
+            if capacity and (out / "results.json").is_file():
+                where = f"the probes finished are in {out / 'results.json'}, marked incomplete"
             if (out / "results.json").is_file() and kept.is_file():
                 where += f" and in {out / 'results.json'}, marked incomplete"
             err_console.print(f"[yellow]interrupted; {escape(where)}[/yellow]", highlight=False)

@@ -51,25 +51,40 @@ def run_capacity(request: Any, setting: Any, utterances: Any, options: Any,
     if deadline_ms <= 0:
         raise UsageError("--capacity needs a model with a fixed chunk (its deadline)")
     progress = err_console.print if err_console.is_terminal else (lambda *a, **k: None)
-    with worker_pool(setting.model, setting.backend, setting.engine, options,
-                     request.workers) as pool:
-        load_s = pool.start_ready()
+    done: list[dict[str, Any]] = []  # the probes finished, kept if the run is stopped
+    load_s = 0.0
 
-        def one(n: int) -> dict[str, Any]:
-            found = probe(pool, clip, n, request.probe_seconds, deadline_ms)
-            progress(f"capacity: {n} streams: p99 {found['p99_ms']} ms, "
-                     f"{'held' if found['held'] else 'missed'}", highlight=False, markup=False)
-            return found
+    def report(complete: bool) -> dict[str, Any]:
+        run["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+        doc = {
+            "run": run,
+            "dataset": dataset,
+            "capacity": capacity_summary(done, deadline_ms, request.probe_seconds, load_s,
+                                         request.workers, counts is None),
+            "complete": complete,
+        }
+        write_capacity(request.out, doc)
+        return doc
 
-        probes = search(one, counts, request.workers, AUTO_MAX_PER_WORKER * request.workers)
-    run["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    doc = {
-        "run": run,
-        "dataset": dataset,
-        "capacity": capacity_summary(probes, deadline_ms, request.probe_seconds, load_s,
-                                     request.workers, counts is None),
-    }
-    write_capacity(request.out, doc)
+    try:
+        with worker_pool(setting.model, setting.backend, setting.engine, options,
+                         request.workers) as pool:
+            load_s = pool.start_ready()
+
+            def one(n: int) -> dict[str, Any]:
+                found = probe(pool, clip, n, request.probe_seconds, deadline_ms)
+                done.append(found)
+                progress(f"capacity: {n} streams: p99 {found['p99_ms']} ms, "
+                         f"{'held' if found['held'] else 'missed'}", highlight=False,
+                         markup=False)
+                return found
+
+            search(one, counts, request.workers, AUTO_MAX_PER_WORKER * request.workers)
+    except KeyboardInterrupt:
+        if done:  # what was measured is written, marked incomplete; the stop goes on
+            report(complete=False)
+        raise
+    doc = report(complete=True)
     table = rich_table(doc)
     if err_console.is_terminal:
         err_console.print(table)
