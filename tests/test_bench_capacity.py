@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,23 @@ def test_capacity_refuses_bad_values(dataset: Path, tmp_path: Path, extra: list[
     assert proc.returncode == 2, proc.stderr
     assert says in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_capacity_stopped_keeps_the_probes_done(dataset: Path, tmp_path: Path) -> None:
+    """SIGTERM after the first probe: exit 143, results.json holds it, marked incomplete."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamasr", "bench", str(dataset / "manifest.jsonl"),
+         "--model", "tiny-en", "--capacity", "--streams", "1,2,3,4,5,6,7,8",
+         "--probe-seconds", "1", "--out", str(tmp_path)],
+        stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stderr is not None
+    first = proc.stderr.readline()
+    assert first.startswith("capacity: 1 streams: p99"), first
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 143, rest
+    assert "marked incomplete" in rest and "Traceback" not in rest
+    doc = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert doc["complete"] is False
+    assert 1 <= len(doc["capacity"]["probes"]) < 8

@@ -50,7 +50,6 @@ def run_capacity(request: Any, setting: Any, utterances: Any, options: Any,
     deadline_ms = setting.recognizer.info.chunk_s * 1000
     if deadline_ms <= 0:
         raise UsageError("--capacity needs a model with a fixed chunk (its deadline)")
-    progress = err_console.print if err_console.is_terminal else (lambda *a, **k: None)
     done: list[dict[str, Any]] = []  # the probes finished, kept if the run is stopped
     load_s = 0.0
 
@@ -74,9 +73,10 @@ def run_capacity(request: Any, setting: Any, utterances: Any, options: Any,
             def one(n: int) -> dict[str, Any]:
                 found = probe(pool, clip, n, request.probe_seconds, deadline_ms)
                 done.append(found)
-                progress(f"capacity: {n} streams: p99 {found['p99_ms']} ms, "
-                         f"{'held' if found['held'] else 'missed'}", highlight=False,
-                         markup=False)
+                # one line per probe on stderr, also when it is a log: a search takes minutes
+                err_console.print(f"capacity: {n} streams: p99 {found['p99_ms']} ms, "
+                                  f"{'held' if found['held'] else 'missed'}", highlight=False,
+                                  markup=False)
                 return found
 
             search(one, counts, request.workers, AUTO_MAX_PER_WORKER * request.workers)
