@@ -114,3 +114,10 @@ def test_capacity_stopped_keeps_the_probes_done(dataset: Path, tmp_path: Path) -
     doc = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert doc["complete"] is False
     assert 1 <= len(doc["capacity"]["probes"]) < 8
+
+
+def test_streams_auto_needs_capacity(dataset: Path, tmp_path: Path) -> None:
+    proc = _bench(str(dataset / "manifest.jsonl"), "--model", "tiny-random-transducer",
+                  "--streams", "auto", "--out", str(tmp_path), timeout=120)
+    assert proc.returncode == 2 and "add --capacity" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -207,6 +207,9 @@ class BenchRequest:
                 raise UsageError("--capacity measures one setting; give one value of the "
                                  "swept option")
             check_capacity(self)
+        elif str(self.streams).strip() == "auto":
+            raise UsageError("--streams auto searches the live streams a machine holds: "
+                             "add --capacity, or give counts (1,2,4,8)")
         swept_option(self.model_options.engine)
         for n in self.capacity_counts() or self.stream_counts():
             check_number("--streams", n, 1, MAX_STREAMS, "(streams decoded in one batch)")
