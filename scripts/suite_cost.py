@@ -4,7 +4,8 @@
 Why: CI's time is the sum of what its test files cost, and on a shared machine wall time
 follows the load more than the tests. CPU seconds (pytest and every process it starts) move
 much less with the load, so each file is run on the working tree and, with --before, on a
-clean export of an earlier commit, the two interleaved, and the ratio is what to read.
+clean export of an earlier commit (or two commits, --before and --after), one after the
+other, and the ratio is what to read.
 
     python scripts/suite_cost.py --before 3b73560 tests/test_chinese.py \
         tests/test_untrusted_models.py tests/test_models_reproducible.py
@@ -42,6 +43,7 @@ def cpu_model() -> str:
 
 def export_commit(rev: str, dest: Path) -> Path:
     """The tracked files of `rev`, unpacked into dest (no git metadata, no build outputs)."""
+    dest.mkdir()
     archive = dest / "tree.tar"
     with archive.open("wb") as out:
         subprocess.run(["git", "archive", rev], cwd=ROOT, stdout=out, check=True)
@@ -75,24 +77,28 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+", help="test files, relative to the repository")
     parser.add_argument("--before", metavar="REV", help="also run each file at this commit")
+    parser.add_argument("--after", metavar="REV",
+                        help="run 'now' at this commit instead of the working tree (to compare "
+                        "two commits, e.g. C~1 and C, without what else changed since)")
     parser.add_argument("--out", type=Path, help="write the record here as JSON too")
     args = parser.parse_args()
     record: dict = {"cpu_model": cpu_model(), "cpus": os.cpu_count(),
                     "load_before": os.getloadavg(), "files": {}}
     with tempfile.TemporaryDirectory(prefix="suite-cost-") as tmp:
-        old_tree = export_commit(args.before, Path(tmp)) if args.before else None
+        old_tree = export_commit(args.before, Path(tmp) / "a") if args.before else None
+        new_tree = export_commit(args.after, Path(tmp) / "b") if args.after else ROOT
         for test_file in args.files:
             row: dict = {}
             if old_tree is not None:
                 row["before"] = run_file(old_tree, test_file)
-            row["now"] = run_file(ROOT, test_file)
+            row["now"] = run_file(new_tree, test_file)
             if old_tree is not None and row["before"]["cpu_s"]:
                 row["cpu_ratio"] = round(row["now"]["cpu_s"] / row["before"]["cpu_s"], 2)
                 row["wall_ratio"] = round(row["now"]["wall_s"] / row["before"]["wall_s"], 2)
             record["files"][test_file] = row
             print(test_file, json.dumps(row), flush=True)
     record["load_after"] = os.getloadavg()
-    record["before_rev"] = args.before
+    record["before_rev"], record["after_rev"] = args.before, args.after or "working tree"
     print(json.dumps(record, indent=1))
     if args.out:
         args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
