@@ -117,12 +117,14 @@ def test_output_dir_refusals_come_before_the_model_loads(tmp_path: Path) -> None
 
 def test_sentence_case_option_on_every_output(tmp_path: Path) -> None:
     clip = str(CLIPS / "4.wav")  # the bundled model gets it right: THE RIGHT TIME TO ACT
-    assert run(clip, "-f", "text", "--sentence-case", cwd=tmp_path).stdout == (
-        "The right time to act\n"
-    )
-    srt = run(clip, "-f", "srt", "--sentence-case", cwd=tmp_path).stdout
-    assert srt.splitlines()[2] == "The right time to act"
-    records = [json.loads(line) for line in run(clip, "-f", "jsonl", "--sentence-case",
-                                                 cwd=tmp_path).stdout.splitlines()]
+    # one process writes every format (--output-dir files equal stdout: the test above)
+    out = tmp_path / "out"
+    done = run(clip, "-o", str(out), "--format", "txt,srt,vtt,jsonl", "--sentence-case",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (out / "4.txt").read_text() == "The right time to act\n"
+    assert (out / "4.srt").read_text().splitlines()[2] == "The right time to act"
+    assert "The right time to act" in (out / "4.vtt").read_text().splitlines()
+    records = [json.loads(line) for line in (out / "4.jsonl").read_text().splitlines()]
     (final,) = [r for r in records if r["type"] == "final"]
     assert [w["text"] for w in final["words"]] == ["The", "right", "time", "to", "act"]
