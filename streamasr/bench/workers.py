@@ -273,8 +273,9 @@ class WorkerPool:
 
     @property
     def size(self) -> int:
-        """How many workers the pool runs."""
-        return self._size
+        """How many workers the pool has now (after start_ready: its size, unless some died
+        and could not be replaced)."""
+        return len(self._workers)
 
     def gather(self, tasks: Sequence[Any]) -> list[Any]:
         """Send task i to worker i (ready ones: see start_ready) and return their replies in
@@ -285,13 +286,21 @@ class WorkerPool:
             worker.conn.send(task)
         replies: list[Any] = []
         for worker in workers:
-            try:
-                message = worker.conn.recv()
-            except (EOFError, OSError):
-                worker.process.join(STOP_GRACE_S)
-                reason = death_reason(worker.process.exitcode)
-                raise ModelError(f"bench {worker.name} {reason} during the pass") from None
-            replies.append(message[1])
+            while True:
+                try:
+                    message = worker.conn.recv()
+                except (EOFError, OSError):
+                    worker.process.join(STOP_GRACE_S)
+                    reason = death_reason(worker.process.exitcode)
+                    raise ModelError(f"bench {worker.name} {reason} during the pass") from None
+                if message[0] == "reply":
+                    replies.append(message[1])
+                    break
+                if message[0] == "failed":  # a replacement worker that could not load
+                    raise ModelError(f"bench {worker.name} could not load the model: "
+                                     f"{message[1]}")
+                if message[0] == "ready":  # a replacement, started during the last pass
+                    worker.ready, worker.load_s = True, message[1]
         return replies
 
     @staticmethod
