@@ -16,12 +16,16 @@ en-2023-06-26 architecture; random weights cost exactly what trained ones cost) 
 - memory flat in audio length: a long and a 1-minute file through `streamasr file`'s path;
 - cost per step along one long utterance on the bundled tiny-en (scripts/step_cost.py): the
   loop-only microseconds per step from first to last (flat = constant work per step), and
-  wall and CPU time against a bare sherpa-onnx loop.
+  wall and CPU time against a bare sherpa-onnx loop;
+- with --nemo: the NeMo engine at full size (the released streaming FastConformer hybrid's
+  architecture, random weights) against NeMo's own cache-aware streaming loop, whole
+  processes (scripts/perf_nemo.py): CPU, wall, peak RSS, first step, same decoded pieces.
 
 Writes results.json and results.md (with the run record) under --out and prints the table.
 
     python scripts/perf_report.py                     # ~10 minutes on 2 cores
     python scripts/perf_report.py --long-minutes 30   # shorter memory check
+    python scripts/perf_report.py --only nemo         # the NeMo comparison alone (~15 min)
 """
 
 from __future__ import annotations
@@ -481,6 +485,16 @@ def steps_markdown(s: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+# --- NeMo at full size against a bare NeMo loop ------------------------------------------
+
+
+def measure_nemo(seconds: float, reps: int) -> dict[str, Any]:
+    """scripts/perf_nemo.py on the full-size random NeMo model, look-aheads [70,13] and [70,1]."""
+    import perf_nemo  # noqa: E402  (scripts/ is on sys.path beside this file)
+
+    return perf_nemo.measure(None, seconds, reps)
+
+
 # --- report ------------------------------------------------------------------------------
 
 
@@ -496,7 +510,7 @@ def markdown(doc: dict[str, Any]) -> str:
               f"(goal <= {GOAL_RATIO_TIME}) | anchor RTF | CPU s per audio s streamasr / bare "
               "| chunk p50/p99 ms streamasr | chunk p50/p99 ms bare |",
               "|---|---|---|---|---|---|---|---|---|"]
-    for r in doc["speed"]:
+    for r in doc.get("speed", []):
         anchor = f(r["anchor_rtf"]) if r["anchor_rtf"] else "-"
         lines.append(
             f"| {r['precision']} | {r['threads']} | {f(r['rtf_streamasr'])} | "
@@ -517,7 +531,7 @@ def markdown(doc: dict[str, Any]) -> str:
               "bare | CPU s to first sample streamasr / bare | peak RSS MB streamasr | bare | "
               f"ratio (goal <= {GOAL_RATIO_RSS}) |",
               "|---|---|---|---|---|---|---|"]
-    for r in doc["startup"]:
+    for r in doc.get("startup", []):
         lines.append(
             f"| {r['precision']} | {r['first_sample_s_streamasr']:.2f} | "
             f"{r['first_sample_s_bare']:.2f} | {r['first_sample_cpu_s_streamasr']:.2f} / "
@@ -528,7 +542,7 @@ def markdown(doc: dict[str, Any]) -> str:
               "real-time streams)", "",
               "| streams per engine | engines (processes) | streams | step p50 ms | "
               "step p99 ms (< 320) | real time | throughput x |", "|---|---|---|---|---|---|---|"]
-    for r in doc["capacity"]:
+    for r in doc.get("capacity", []):
         lines.append(
             f"| {r['streams_per_engine']} | {r['workers']} | {r['streams']} | "
             f"{r['step_p50_ms']:.0f} | {r['step_p99_ms']:.0f} | "
@@ -537,26 +551,31 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += ["", "## int8 batching (bare sherpa-onnx, stream 0's tokens and times)", "",
               "| precision | utterances | tokens per utterance | differ with 3 silent companions "
               "| differ in batches of 4 | of which tokens differ |", "|---|---|---|---|---|---|"]
-    for r in doc["batch_leak"]:
+    for r in doc.get("batch_leak", []):
         lines.append(
             f"| {r['precision']} | {r['utterances']} | {r.get('mean_tokens', 0):.1f} | "
             f"{r['differ_with_zero_companions']} | "
             f"{r['differ_in_batches_of_4']} | {r['tokens_differ_in_batches_of_4']} |"
         )
-    w = doc["batch_wer"]
-    lines += ["", f"WER on {w['utterances']} synthetic utterances, {w['model']} "
+    w = doc.get("batch_wer")
+    lines += [] if w is None else [
+              "", f"WER on {w['utterances']} synthetic utterances, {w['model']} "
               f"({w['encoder']}): one stream {w['wer_one_stream']} %, batches of 4 "
               f"{w['wer_batches_of_4']} %; text differs for {w['text_differs']}, token times "
               f"for {w['token_times_differ']}; wall {w['wall_s_one_stream']:.1f} s vs "
               f"{w['wall_s_batches_of_4']:.1f} s.", ""]
-    m = doc["flat"]
-    lines += ["## Memory in audio length (streamasr file path, "
+    m = doc.get("flat")
+    lines += [] if m is None else ["## Memory in audio length (streamasr file path, "
               f"{m['model']})", "",
               f"Peak RSS {m['peak_rss_mb_short']:.0f} MB for 1 minute, "
               f"{m['peak_rss_mb_long']:.0f} MB for {m['long_minutes']:.0f} minutes: ratio "
               f"{m['ratio']:.3f} (goal <= {GOAL_FLAT}).", ""]
     if "steps" in doc:
         lines += steps_markdown(doc["steps"])
+    if "nemo" in doc:
+        import perf_nemo  # noqa: E402  (scripts/ is on sys.path beside this file)
+
+        lines += ["", *perf_nemo.markdown(doc["nemo"])]
     return "\n".join(lines)
 
 
@@ -579,8 +598,13 @@ def main() -> None:
                         help="length of the one long utterance for the per-step cost "
                         "(default 5.5)")
     parser.add_argument("--only", help="comma-separated sections to run again (speed, startup, "
-                        "capacity, threads_batch, batch_leak, batch_wer, flat, steps); the rest "
-                        "is kept from the last results.json in --out")
+                        "capacity, threads_batch, batch_leak, batch_wer, flat, steps, nemo); "
+                        "the rest is kept from the last results.json in --out")
+    parser.add_argument("--nemo", action="store_true",
+                        help="also run the NeMo section: full-size NeMo engine against a bare "
+                        "NeMo loop (needs the gpu extra; builds a 460 MB model; ~15 minutes)")
+    parser.add_argument("--nemo-seconds", type=float, default=30.0,
+                        help="audio for the NeMo section (default 30)")
     parser.add_argument("--child-startup", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--child-capacity", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--child-long", help=argparse.SUPPRESS)
@@ -597,7 +621,8 @@ def main() -> None:
 
     from streamasr.bench.report import run_record
 
-    if not (FULL_DIR / "tokens.txt").is_file():
+    sherpa_sections = not args.only or set(args.only.split(",")) - {"nemo"}
+    if sherpa_sections and not (FULL_DIR / "tokens.txt").is_file():
         print("building the full-size exports (minutes) ...", file=sys.stderr)
         subprocess.run([sys.executable, str(ROOT / "scripts" / "make_test_models.py"),
                         "--size", "full"], check=True)
@@ -622,9 +647,12 @@ def main() -> None:
             "batch_wer": lambda: measure_batch_wer(24, tmp),
             "flat": lambda: measure_flat(args.long_minutes, tmp),
             "steps": lambda: measure_steps(args.step_minutes, args.reps),
+            "nemo": lambda: measure_nemo(args.nemo_seconds, args.reps),
         }
         for name, step in steps.items():
             if args.only and name not in args.only.split(","):
+                continue
+            if name == "nemo" and not (args.nemo or args.only):
                 continue
             print(f"{name} ...", file=sys.stderr, flush=True)
             doc[name] = step()
