@@ -85,6 +85,8 @@ def timed(command: list[str]) -> tuple[float, float]:
 def variants(model: str, bare_script: Path, baseline: Path | None) -> dict[str, list[str]]:
     from streamasr.backends.sherpa.modeldir import resolve_model
 
+    if Path(model).exists():  # a folder: the same one whichever tree runs it
+        model = str(Path(model).resolve())
     files = resolve_model(model)
     if files.kind != "transducer":
         raise SystemExit(f"{model}: the bare script here runs transducers only")
@@ -140,10 +142,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         bare_script = Path(scratch) / "bare_sherpa.py"
         bare_script.write_text(BARE)
-        results = [
-            measure(model, args.runs, bare_script, args.baseline)
-            for model in args.model or ["tiny-en"]
-        ]
+        results = []
+        for model in args.model or ["tiny-en"]:
+            results.append(measure(model, args.runs, bare_script, args.baseline))
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # as each one ends
     record = {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
