@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,10 @@ CLIPS = REPO / "models" / "tiny-en" / "test_wavs"
 OUTPUT_FRAME_S = 0.04
 
 
+@functools.cache
 def engine_with_endpointing(model: str, chunk: int, rules: EndpointOptions) -> tuple:
+    """One recognizer per model, chunk and rules for the whole file (each test makes its own
+    stream: a recognizer keeps no state between streams, and building one is most of a test)."""
     files = resolve_model(model, chunk)
     common = dict(
         tokens=str(files.tokens),
