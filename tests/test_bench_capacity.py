@@ -42,6 +42,7 @@ def test_workers_times_streams_give_the_one_stream_text(dataset: Path, tmp_path:
     order = [Path(json.loads(row)["audio_filepath"]).name for row in rows]
     assert [Path(u["audio"]).name for u in setting["utterances"]] == order
     assert all(u["hypothesis"] for u in setting["utterances"])
+    assert "2 workers loaded the model in" in proc.stderr
 
 
 def test_capacity_reports_live_streams_held(dataset: Path, tmp_path: Path) -> None:

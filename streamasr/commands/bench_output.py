@@ -70,6 +70,14 @@ def _print_notes(doc: dict[str, Any], out: Path) -> None:
         )
     for setting in doc["settings"]:
         summary = setting["summary"]
+        if "load_s" in summary:
+            err_console.print(
+                f"{setting['name']}: {summary['workers']} workers loaded the model in "
+                f"{summary['load_s']:.2f} s, before the timed passes (RTF and throughput "
+                "leave it out)",
+                highlight=False,
+                markup=False,
+            )
         if summary.get("text_before_onset"):
             err_console.print(
                 f"{setting['name']}: {summary['text_before_onset']} utterance(s) showed text "
