@@ -4,12 +4,15 @@ Why: every import is start-up time a user waits for before the first word, and t
 bar is the whole `streamasr file` process against a bare sherpa-onnx script. The command
 table in cli.py keeps each command's module (and what it pulls in: bench's datasets and
 workers, the server, the download stack with its progress bars) out of every other command.
-Checked in a fresh process, the way a user starts it.
+Installed backend plugins are imported only when the command line may use one of their
+options (or asks for --help, which lists them). Checked in a fresh process, the way a user
+starts it, with the energy test engine installed as a plugin.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +23,8 @@ from typer.testing import CliRunner
 
 from streamasr.cli import COMMANDS, app
 
-REPO = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 WAV = REPO / "models" / "tiny-en" / "test_wavs" / "0.wav"
 
 #: Modules of other commands, and what only they need; none may load for `file`.
@@ -48,12 +52,30 @@ sys.exit(code)
 """
 
 
-def _modules_after(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The energy engine (tests/energy_backend.py) installed as the plugin `energy`."""
+    folder = tmp_path_factory.mktemp("site")
+    info = folder / "streamasr_plugin_energy-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: streamasr-plugin-energy\nVersion: 1.0\n", encoding="utf-8"
+    )
+    (info / "entry_points.txt").write_text(
+        "[streamasr.backends]\nenergy = energy_backend:BACKEND\n", encoding="utf-8"
+    )
+    return folder
+
+
+def _modules_after(
+    tmp_path: Path, site: Path, *args: str
+) -> tuple[subprocess.CompletedProcess, set[str]]:
     """Run one command line in a fresh interpreter; the modules it had imported at the end."""
     record = tmp_path / "modules.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (site, HERE, REPO))))
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(record), *args],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr
     return done, set(json.loads(record.read_text()))
@@ -65,14 +87,18 @@ def _loaded(modules: set[str], name: str) -> bool:
 
 @pytest.mark.parametrize("args", [("file", str(WAV)), ("file", "--help")],
                          ids=["file-run", "file-help"])
-def test_file_does_not_import_the_other_commands(tmp_path: Path, args: tuple[str, ...]) -> None:
-    done, modules = _modules_after(tmp_path, *args)
+def test_file_does_not_import_the_other_commands(
+    tmp_path: Path, site: Path, args: tuple[str, ...]
+) -> None:
+    done, modules = _modules_after(tmp_path, site, *args)
     assert "streamasr.commands.file" in modules  # the check below looks at a real run
     assert [name for name in NOT_FOR_FILE if _loaded(modules, name)] == []
-    if "--help" in args:  # the engine options still come from the backend registry
+    if "--help" in args:  # the engine options still come from the registry, plugins too
         assert "--chunk" in done.stdout and "--att-context-size" in done.stdout
+        assert "--frame-ms" in done.stdout and "energy_backend" in modules
     else:
         assert done.stdout.strip()  # the transcript
+        assert "energy_backend" not in modules  # no option of its on the line: not imported
 
 
 def test_top_level_help_lists_every_command_with_its_own_help() -> None:

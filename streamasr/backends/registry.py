@@ -20,8 +20,7 @@ import dataclasses
 import importlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from importlib import metadata
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -34,6 +33,9 @@ from streamasr.backends.base import (
     RecognizerStream,
 )
 from streamasr.errors import DependencyError, StreamAsrError, UsageError
+
+if TYPE_CHECKING:
+    from importlib import metadata
 
 log = logging.getLogger("streamasr")
 
@@ -57,7 +59,10 @@ def _builtin() -> list[BackendEntry]:
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
-    """The installed plugins' entry points, not imported (a broken one costs nothing here)."""
+    """The installed plugins' entry points, not imported (a broken one costs nothing here);
+    listing them reads every installed package's metadata, so it is done only when asked."""
+    from importlib import metadata
+
     try:
         points = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
     except Exception as exc:  # a package's unreadable entry_points.txt
@@ -200,10 +205,13 @@ def load_recognizer(
     return (entry or choose_backend(model, backend)).load(model, options)
 
 
-def installed() -> list[BackendEntry]:
+def installed(plugins: bool = True) -> list[BackendEntry]:
     """The built-in backends and every installed plugin that loads, quietly: for building
-    the command line's options (a broken plugin says what is wrong when it is asked for)."""
+    the command line's options (a broken plugin says what is wrong when it is asked for).
+    `plugins=False`: the built-in ones only, no plugin listed or imported."""
     entries = _builtin()
+    if not plugins:
+        return entries
     for point in _entry_points():
         try:
             entries.append(_load_point(point))

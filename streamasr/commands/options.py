@@ -187,9 +187,10 @@ def declared_options() -> list[_Declared]:
     """The engine options of every installed backend, one per name, in the order declared
     (a later backend's option of the same name but another form is reachable with -O)."""
     from streamasr.backends.registry import installed
+    from streamasr.commands.lazy import plugin_options_wanted
 
     found: dict[str, _Declared] = {}
-    for entry in installed():
+    for entry in installed(plugins=plugin_options_wanted()):
         for option in entry.options:
             seen = found.get(option.name)
             if seen is None:
