@@ -78,6 +78,23 @@ def transcripts() -> list[tuple[str, tuple[str, ...]]]:
     return out
 
 
+def test_a_ctc_model_decodes_the_same_tokens_from_its_cached_graph(
+    tmp_path: Path, cache_at: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = cache_at(tmp_path / "graphs")  # type: ignore[operator]
+    ctc = REPO / "models" / "tiny-random-ctc"
+    audio, rate = sf.read(CLIPS[1], dtype="float32")
+
+    def decode() -> tuple[str, tuple[str, ...]]:
+        summary = open_model(str(ctc), threads=1).transcribe(audio, rate)
+        return summary.text, tuple(t for f in summary.finals for t in f.tokens)
+
+    cached = decode()
+    assert len(entries(folder)) == 1 and "failed" not in next(iter(entries(folder).values()))
+    monkeypatch.setenv(graph_cache.ENV_SWITCH, "0")
+    assert cached[1] and cached == decode()
+
+
 def test_every_graph_of_the_model_is_cached_once(built: Path) -> None:
     found = entries(built)
     assert sorted(v["source"] for v in found.values()) == sorted(p.name for p in tiny_en_sources())
