@@ -204,3 +204,33 @@ def test_models_pull_leaves_the_graphs_optimised(tmp_path: Path) -> None:
     (record,) = entries(folder).values()
     assert record["source"] == "ctc-epoch-0-avg-1-chunk-16-left-64.onnx"
     assert "failed" not in record
+
+
+def test_a_graph_the_engine_refuses_falls_back_to_the_original_once(
+    tmp_path: Path, cache_at: object, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An entry whose bytes match its record but that sherpa-onnx cannot load (as a graph from
+    an ONNX Runtime that differs in build but not in version would be)."""
+    folder = cache_at(tmp_path / "graphs")  # type: ignore[operator]
+    ctc = REPO / "models" / "tiny-random-ctc"
+    (source,) = resolve_model(str(ctc)).onnx_files()
+    entry = folder / graph_cache.entry_key(graph_cache.file_sha256(source),
+                                           str(graph_cache.ort_version()))
+    entry.mkdir(parents=True)
+    junk = b"not a graph sherpa-onnx can load"
+    (entry / graph_cache.GRAPH_FILE).write_bytes(junk)
+    (entry / graph_cache.ENTRY_FILE).write_text(json.dumps({
+        "source": source.name, "bytes": len(junk),
+        "sha256": graph_cache.file_sha256(entry / graph_cache.GRAPH_FILE)}))
+    audio, rate = sf.read(CLIPS[1], dtype="float32")
+    with caplog.at_level("WARNING", logger="streamasr"):
+        text = open_model(str(ctc), threads=1).transcribe(audio, rate).text
+    assert "refused the cached optimised graphs" in caplog.text
+    assert entries(folder)[entry.name]["failed"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamasr"):
+        assert open_model(str(ctc), threads=1).transcribe(audio, rate).text == text
+    assert "refused" not in caplog.text
+    monkeypatch.setenv(graph_cache.ENV_SWITCH, "0")
+    assert open_model(str(ctc), threads=1).transcribe(audio, rate).text == text

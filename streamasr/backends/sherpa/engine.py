@@ -110,7 +110,7 @@ class SherpaRecognizer:
     @staticmethod
     def _load(files: ModelFiles, threads: int, own: SherpaSettings, hotword_setup: dict) -> Any:
         """The engine, from the optimised graphs of the graph cache where it has them."""
-        from streamasr.backends.sherpa.graph_cache import optimised_paths
+        from streamasr.backends.sherpa.graph_cache import optimised_paths, refuse
 
         originals = list(files.onnx_files())
         graphs = optimised_paths(originals)
@@ -121,6 +121,7 @@ class SherpaRecognizer:
         except ModelError as exc:
             log.warning("sherpa-onnx refused the cached optimised graphs (%s); loading the "
                         "original files (STREAMASR_GRAPH_CACHE=0 skips the cache)", exc)
+            refuse([g for g in graphs if g not in originals], "sherpa-onnx refused it")
             return SherpaRecognizer._build(files, originals, threads, own, hotword_setup)
 
     @staticmethod

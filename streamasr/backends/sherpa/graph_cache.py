@@ -186,6 +186,21 @@ def optimised_paths(sources: list[Path]) -> list[Path]:
     return chosen
 
 
+def refuse(graphs: list[Path], reason: str) -> None:
+    """Mark the entries of graphs the engine would not load as failed: later loads take the
+    original files straight away instead of trying these again."""
+    for graph in graphs:
+        entry = graph.parent
+        if graph.name != GRAPH_FILE or not (entry / ENTRY_FILE).is_file():
+            continue  # an original file, not one of ours
+        staged = entry / f".{ENTRY_FILE}.{os.getpid()}"
+        try:
+            staged.write_text(json.dumps({"source": graph.name, "failed": reason}) + "\n")
+            staged.replace(entry / ENTRY_FILE)
+        except OSError as exc:
+            log.debug("graph cache: cannot mark %s as failed: %s", entry, exc)
+
+
 def prepare_folder(directory: Path) -> None:
     """Optimise the graphs a load of this model folder uses (`models pull` calls this), so
     its first load is as quick as later ones. Not a sherpa-onnx model folder: nothing to do."""
