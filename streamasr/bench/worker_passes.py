@@ -25,10 +25,11 @@ def shares(count: int, parts: int) -> list[int]:
 
 def batched_in_workers(
     pool: WorkerPool, utterances: Sequence[Utterance], streams: int
-) -> list[UtteranceRecord]:
+) -> tuple[list[UtteranceRecord], list[int]]:
     """One `--streams N` pass over the pool: worker i decodes its share of the utterances
     (every W-th, from the i-th) in batches of its share of the N streams, on its own engine.
-    Records come back in dataset order, so they compare with the one-stream pass."""
+    Records come back in dataset order, so they compare with the one-stream pass; with them,
+    the streams each worker used."""
     used = min(pool.size, streams, len(utterances))
     per_worker = shares(streams, used)
     parts = [list(range(i, len(utterances), used)) for i in range(used)]
@@ -40,7 +41,7 @@ def batched_in_workers(
     for part, got in zip(parts, replies, strict=True):
         for j, record in zip(part, got, strict=True):
             records[j] = record
-    return [r for r in records if r is not None]
+    return [r for r in records if r is not None], per_worker
 
 
 def run_setting_in_workers(
@@ -73,10 +74,10 @@ def run_setting_in_workers(
         sweep = []
         for n in (n for n in streams if n > 1):
             started = clock()
-            batched = batched_in_workers(pool, utterances, n)
+            batched, per_worker = batched_in_workers(pool, utterances, n)
             entry = compare_batched(setting.name, records, batched, n, clock() - started)
-            entry["workers"] = min(used, n)
-            entry["streams_per_worker"] = shares(n, min(used, n))
+            entry["workers"] = len(per_worker)
+            entry["streams_per_worker"] = per_worker
             sweep.append(entry)
             for record in batched:
                 pass_progress(on_done, f"{setting.name} x{n}")(record)
