@@ -5,13 +5,19 @@ resolution, load and decode, as a user waits for them.
     same ONNX files streamasr picks, feeds the file in blocks and prints the text.
 (b) streamasr: `python -m streamasr file WAV --model M`, the command a user types.
 (c) help: `python -m streamasr --help`, the floor of any command.
-(d) with --baseline DIR: (b) run from another source tree (e.g. `git archive REV streamasr |
+(d) no-cache: (b) with STREAMASR_GRAPH_CACHE=0, so the model load does the same work as the
+    bare script's (graph optimisation on every load) and what remains is streamasr's own cost.
+(e) with --baseline DIR: (b) run from another source tree (e.g. `git archive REV streamasr |
     tar -x -C DIR`), to set a change against the code before it, in the same interleaving.
-Each run is a fresh process; runs are interleaved a/b/c, a/b/c, ... Wall time is measured
-around the process, CPU time (user + sys) from the children's rusage. Prints the medians and
-the ratios b/a with the CPU model and the load average before and after.
+Each run is a fresh process; runs are interleaved a/b/c/d, a/b/c/d, ... Wall time is measured
+around the process, CPU time (user + sys) and peak RSS from the child's own rusage (wait4).
+Prints the medians (RSS: the largest) and the ratios over the bare script, with the CPU model
+and the load average before and after. --seconds N streams N seconds of the bundled clips one
+after another instead of one 3.4 s clip (the loop's share grows with the audio); --fp32 runs
+the fp32 files of an export that has both.
 
     python scripts/startup_cost.py --model tiny-en --model build/full/full-random-en --runs 7
+    python scripts/startup_cost.py --model build/full/full-random-en --seconds 60 --runs 5 --fp32
 """
 
 from __future__ import annotations
@@ -19,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -62,40 +67,67 @@ print(" ".join(t for t in texts if t))
 '''
 
 
-def timed(command: list[str]) -> tuple[float, float]:
-    """(wall s, CPU s) of one child process; its output is discarded, its failure is not.
-    A command that starts with PYTHONPATH=DIR runs that source tree."""
+def timed(command: list[str]) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MB) of one child process; its output is discarded, its
+    failure is not. Leading NAME=VALUE words are its environment; PYTHONPATH=DIR runs that
+    source tree."""
     env, cwd = dict(os.environ), REPO
-    if command[0].startswith("PYTHONPATH="):  # run from there: -m puts the cwd first
-        cwd = Path(command[0].partition("=")[2])
-        env["PYTHONPATH"] = str(cwd)
-        env.setdefault("STREAMASR_MODELS", str(REPO / "models"))
+    while "=" in command[0] and not command[0].startswith("/"):
+        name, _, value = command[0].partition("=")
+        env[name] = value
+        if name == "PYTHONPATH":  # run from there: -m puts the cwd first
+            cwd = Path(value)
+            env.setdefault("STREAMASR_MODELS", str(REPO / "models"))
         command = command[1:]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr[-500:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+    with tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0:
+            err.seek(0)
+            tail = err.read()[-500:].decode(errors="replace")
+            raise SystemExit(f"{' '.join(command)} failed ({child.returncode}): {tail}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def variants(model: str, bare_script: Path, baseline: Path | None) -> dict[str, list[str]]:
+def long_wav(seconds: float, scratch: Path) -> Path:
+    """The bundled clips one after another, repeated to `seconds` of audio."""
+    import numpy as np
+    import soundfile as sf
+
+    clips = [sf.read(p, dtype="float32")[0] for p in sorted(WAV.parent.glob("*.wav"))]
+    rate = sf.info(WAV).samplerate
+    joined: list = []
+    total = 0
+    while total < seconds * rate:
+        for clip in clips:
+            joined.append(clip)
+            total += len(clip)
+    path = scratch / f"long-{seconds:g}s.wav"
+    sf.write(path, np.concatenate(joined)[: int(seconds * rate)], rate)
+    return path
+
+
+def variants(
+    model: str, bare_script: Path, baseline: Path | None, wav: Path, fp32: bool
+) -> dict[str, list[str]]:
     from streamasr.backends.sherpa.modeldir import resolve_model
 
     if Path(model).exists():  # a folder: the same one whichever tree runs it
         model = str(Path(model).resolve())
-    files = resolve_model(model)
+    files = resolve_model(model, prefer_int8=not fp32)
     if files.kind != "transducer":
         raise SystemExit(f"{model}: the bare script here runs transducers only")
     python = sys.executable
-    file_run = [python, "-m", "streamasr", "file", str(WAV), "--model", str(model)]
+    file_run = [python, "-m", "streamasr", "file", str(wav), "--model", str(model),
+                *(["--fp32"] if fp32 else [])]
     commands = {
         "bare": [python, str(bare_script), str(files.tokens), str(files.encoder),
-                 str(files.decoder), str(files.joiner), str(WAV)],
+                 str(files.decoder), str(files.joiner), str(wav)],
         "streamasr": file_run,
+        "no-cache": ["STREAMASR_GRAPH_CACHE=0", *file_run],
         "help": [python, "-m", "streamasr", "--help"],
     }
     if baseline is not None:
@@ -103,29 +135,35 @@ def variants(model: str, bare_script: Path, baseline: Path | None) -> dict[str, 
     return commands
 
 
-def measure(model: str, runs: int, bare_script: Path, baseline: Path | None) -> dict[str, object]:
-    commands = variants(model, bare_script, baseline)
+def measure(
+    model: str, runs: int, bare_script: Path, baseline: Path | None, wav: Path, fp32: bool
+) -> dict[str, object]:
+    commands = variants(model, bare_script, baseline, wav, fp32)
     for command in commands.values():  # warm the page cache and any on-disk caches once
         timed(command)
     samples: dict[str, dict[str, list[float]]] = {
-        name: {"wall_s": [], "cpu_s": []} for name in commands
+        name: {"wall_s": [], "cpu_s": [], "peak_rss_mb": []} for name in commands
     }
     for _ in range(runs):
         for name, command in commands.items():
-            wall, cpu = timed(command)
-            samples[name]["wall_s"].append(wall)
-            samples[name]["cpu_s"].append(cpu)
+            for key, value in zip(("wall_s", "cpu_s", "peak_rss_mb"), timed(command), strict=True):
+                samples[name][key].append(value)
     medians = {
-        name: {key: round(statistics.median(values), 3) for key, values in figures.items()}
+        name: {
+            key: round(max(values) if key == "peak_rss_mb" else statistics.median(values), 3)
+            for key, values in figures.items()
+        }
         for name, figures in samples.items()
     }
     ratios = {
         f"{name}_over_bare": {
-            key: round(medians[name][key] / medians["bare"][key], 3) for key in ("wall_s", "cpu_s")
+            key: round(medians[name][key] / medians["bare"][key], 3)
+            for key in ("wall_s", "cpu_s", "peak_rss_mb")
         }
         for name in commands if name != "bare"
     }
-    return {"model": model, "runs": runs, "median": medians, "ratio": ratios}
+    return {"model": model, "precision": "fp32" if fp32 else "int8 where present",
+            "runs": runs, "median": medians, "ratio": ratios}
 
 
 def main() -> None:
@@ -134,7 +172,10 @@ def main() -> None:
                         help="bundled name or model folder (repeatable; default tiny-en)")
     parser.add_argument("--runs", type=int, default=7, help="interleaved runs per variant")
     parser.add_argument("--baseline", type=Path,
-                        help="another source tree whose streamasr runs as a fourth variant")
+                        help="another source tree whose streamasr runs as a further variant")
+    parser.add_argument("--seconds", type=float,
+                        help="stream this much audio (the bundled clips repeated), not one clip")
+    parser.add_argument("--fp32", action="store_true", help="the fp32 files of the export")
     args = parser.parse_args()
     from streamasr.bench.report import cpu_model
 
@@ -142,16 +183,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         bare_script = Path(scratch) / "bare_sherpa.py"
         bare_script.write_text(BARE)
+        wav = long_wav(args.seconds, Path(scratch)) if args.seconds else WAV
         results = []
         for model in args.model or ["tiny-en"]:
-            results.append(measure(model, args.runs, bare_script, args.baseline))
+            results.append(measure(model, args.runs, bare_script, args.baseline, wav, args.fp32))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # as each one ends
     record = {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "load_before": [round(v, 2) for v in load_before],
         "load_after": [round(v, 2) for v in os.getloadavg()],
-        "audio": str(WAV.relative_to(REPO)),
+        "audio": f"{args.seconds:g} s of the bundled clips" if args.seconds
+        else str(WAV.relative_to(REPO)),
         "results": results,
     }
     print(json.dumps(record, indent=2))
