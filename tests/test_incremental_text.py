@@ -154,6 +154,14 @@ def _reference_text(stream: SherpaStream) -> str:
     return tidy_spacing(result.text)
 
 
+def _reference_times(stream: SherpaStream, count: int) -> tuple[float, ...]:
+    """Every token time converted from the engine's whole result, as before the step-wise
+    conversion."""
+    result = stream.engine.get_result_all(stream.stream)
+    start = float(result.start_time)
+    return tuple(np.round(np.add(result.timestamps, start), 3).tolist()[:count])
+
+
 # CTC models decode greedily only: beam search is for the transducers
 SETTINGS = [(m, "greedy_search") for m in SHERPA_MODELS] + [
     (m, "modified_beam_search") for m in SHERPA_MODELS if m != "tiny-random-ctc"
@@ -181,6 +189,7 @@ def test_every_step_matches_whole_hypothesis_assembly(model: str, method: str) -
             steps += 1
             hyp = stream.hypothesis()
             assert hyp.text == _reference_text(stream), (model, method, steps)
+            assert hyp.token_times_s == _reference_times(stream, len(hyp.tokens)), steps
             assert hyp.unchanged_tokens == _slow_shared(list(previous), list(hyp.tokens))
             revised += hyp.unchanged_tokens < len(previous)
             texts += bool(hyp.text)

@@ -239,6 +239,7 @@ class SherpaStream:
         self._finished = False
         self._last_pieces: tuple[str, ...] = ()
         self._last_times: tuple[float, ...] = ()
+        self._last_start = float("nan")  # segment start of _last_times
         self._segment = 0
         self._reported_segment = -1
         self.dropped_bytes = 0  # bytes dropped at finals because they formed no character
@@ -281,7 +282,7 @@ class SherpaStream:
         else:
             text = self._spaced_text.update(result.text)
             unchanged = shared_prefix_len(previous, pieces, self._append_only)
-        times = tuple(np.round(np.add(result.timestamps, start), 3).tolist()[: len(pieces)])
+        times = self._times(result.timestamps, start, unchanged, len(pieces))
         if not self._append_only:
             # a beam may switch to a path with the same pieces at other frames
             unchanged = min(unchanged, shared_prefix_len(self._last_times, times, False))
@@ -293,6 +294,17 @@ class SherpaStream:
             segment_start_s=start,
             unchanged_tokens=unchanged,
         )
+
+    def _times(self, raw: list[float], start: float, unchanged: int, count: int) -> tuple:
+        """Absolute token times, rounded to the millisecond. Greedy search never moves a
+        token it has emitted, so within one segment only the times of new tokens are
+        converted: the cost of a step follows what it added, not the utterance."""
+        keep = 0
+        if self._append_only and start == self._last_start:
+            keep = min(unchanged, len(self._last_times), count)
+        self._last_start = start
+        tail = np.round(np.add(raw[keep:count], start), 3).tolist()
+        return self._last_times[:keep] + tuple(tail)
 
     def _pieces(self, result: Any) -> tuple[str, ...]:
         """The token pieces; a build that hands out half characters keeps the last good ones."""
