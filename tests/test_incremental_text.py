@@ -190,6 +190,8 @@ def test_every_step_matches_whole_hypothesis_assembly(model: str, method: str) -
             hyp = stream.hypothesis()
             assert hyp.text == _reference_text(stream), (model, method, steps)
             assert hyp.token_times_s == _reference_times(stream, len(hyp.tokens)), steps
+            reference = stream.engine.get_result_all(stream.stream).tokens
+            assert hyp.tokens == tuple(reference), (model, method, steps)
             assert hyp.unchanged_tokens == _slow_shared(list(previous), list(hyp.tokens))
             revised += hyp.unchanged_tokens < len(previous)
             texts += bool(hyp.text)

@@ -22,6 +22,7 @@ from streamasr.backends.sherpa.modeldir import ModelFiles
 from streamasr.backends.sherpa.options import MAX_ACTIVE_PATHS, SherpaSettings
 from streamasr.errors import ModelError, UsageError
 from streamasr.tokens import (
+    APPEND_CHECK,
     AssembledText,
     PieceText,
     SpacedText,
@@ -307,11 +308,25 @@ class SherpaStream:
         return self._last_times[:keep] + tuple(tail)
 
     def _pieces(self, result: Any) -> tuple[str, ...]:
-        """The token pieces; a build that hands out half characters keeps the last good ones."""
+        """The token pieces; a build that hands out half characters keeps the last good ones.
+
+        Greedy search only appends, so the pieces of the previous step are kept as they are
+        (the same objects) and only the new ones are added: comparing this hypothesis with
+        the last one, here and in the renderers, then meets identical objects and costs
+        what the step added, not the utterance.
+        """
         try:
-            self._last_pieces = tuple(result.tokens)
+            raw = result.tokens
         except UnicodeDecodeError:
             log.debug("engine returned tokens that are not UTF-8; keeping the previous ones")
+            return self._last_pieces
+        last = self._last_pieces
+        size = len(last)
+        tail = max(0, size - APPEND_CHECK)
+        if self._append_only and len(raw) >= size and tuple(raw[tail:size]) == last[tail:]:
+            self._last_pieces = last + tuple(raw[size:])
+        else:
+            self._last_pieces = tuple(raw)
         return self._last_pieces
 
     def _assembled(self, pieces: tuple[str, ...]) -> AssembledText:
