@@ -10,7 +10,8 @@ resolution, load and decode, as a user waits for them.
 (e) with --baseline DIR: (b) run from another source tree (e.g. `git archive REV streamasr |
     tar -x -C DIR`), to set a change against the code before it, in the same interleaving.
 Each run is a fresh process; runs are interleaved a/b/c/d, a/b/c/d, ... Wall time is measured
-around the process, CPU time (user + sys) and peak RSS from the child's own rusage (wait4).
+around the process, CPU time (user + sys) and peak RSS from the child's own rusage (wait4),
+taken by a small launcher process (see LAUNCHER).
 Prints the medians (RSS: the largest) and the ratios over the bare script, with the CPU model
 and the load average before and after. --seconds N streams N seconds of the bundled clips one
 after another instead of one 3.4 s clip (the loop's share grows with the audio); --fp32 runs
@@ -29,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,6 +67,23 @@ print(" ".join(t for t in texts if t))
 '''
 
 
+# Runs one command and prints its wall, CPU and peak RSS. A small process of its own: a
+# child's peak RSS on Linux starts from the memory of the process that spawned it (the
+# image before exec counts), so spawning from this script, with numpy and the audio loaded,
+# would raise small peaks to this script's size.
+LAUNCHER = """
+import json, os, subprocess, sys, time
+started = time.perf_counter()
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_, status, usage = os.wait4(child.pid, 0)
+wall = time.perf_counter() - started
+code = os.waitstatus_to_exitcode(status)
+if code:
+    sys.exit(code)
+print(json.dumps([wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss]))
+"""
+
+
 def timed(command: list[str]) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MB) of one child process; its output is discarded, its
     failure is not. Leading NAME=VALUE words are its environment; PYTHONPATH=DIR runs that
@@ -79,17 +96,17 @@ def timed(command: list[str]) -> tuple[float, float, float]:
             cwd = Path(value)
             env.setdefault("STREAMASR_MODELS", str(REPO / "models"))
         command = command[1:]
-    started = time.perf_counter()
     with tempfile.TemporaryFile() as err:
-        child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(child.pid, 0)
-        wall = time.perf_counter() - started
-        child.returncode = os.waitstatus_to_exitcode(status)
-        if child.returncode != 0:
+        done = subprocess.run(
+            [sys.executable, "-S", "-c", LAUNCHER, *command], cwd=cwd, env=env,
+            stdout=subprocess.PIPE, stderr=err, check=False,
+        )
+        if done.returncode != 0:
             err.seek(0)
             tail = err.read()[-500:].decode(errors="replace")
-            raise SystemExit(f"{' '.join(command)} failed ({child.returncode}): {tail}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+            raise SystemExit(f"{' '.join(command)} failed ({done.returncode}): {tail}")
+    wall, cpu, rss_kb = json.loads(done.stdout)
+    return wall, cpu, rss_kb / 1024
 
 
 def long_wav(seconds: float, scratch: Path) -> Path:
