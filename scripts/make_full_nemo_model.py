@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import make_tiny_nemo_models as tiny_models  # noqa: E402
 from make_tiny_nemo_models import LOOKAHEADS, SEED, model_config, weights_sha256  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,23 +60,9 @@ def tokenizer_text(seed: int, lines: int = 4000) -> str:
 
 def train_tokenizer(out_dir: Path) -> Path:
     """A VOCAB_SIZE-piece SentencePiece BPE model (and NeMo's vocab.txt) in out_dir."""
-    import sentencepiece as spm
-
-    text = out_dir / "text.txt"
-    text.write_text(tokenizer_text(SEED))
-    spm.SentencePieceTrainer.train(
-        input=str(text),
-        model_prefix=str(out_dir / "tokenizer"),
-        vocab_size=VOCAB_SIZE,
-        model_type="bpe",
-        character_coverage=1.0,
-        num_threads=1,
-        minloglevel=2,
+    return tiny_models.train_tokenizer(
+        out_dir, tokenizer_text(SEED), VOCAB_SIZE, seed_sentencepiece_size=None
     )
-    model = spm.SentencePieceProcessor(model_file=str(out_dir / "tokenizer.model"))
-    pieces = [model.id_to_piece(i) for i in range(model.get_piece_size())]
-    (out_dir / "vocab.txt").write_text("\n".join(pieces) + "\n")
-    return out_dir
 
 
 def full_config(tokenizer_dir: Path) -> dict:

@@ -160,23 +160,32 @@ def model_config(tokenizer_dir: Path, band: bool, causal_conv: bool | None = Non
     }
 
 
-def train_tokenizer(out_dir: Path) -> Path:
-    """A SentencePiece BPE model over TOKENIZER_TEXT, written as out_dir/tokenizer.model."""
+def train_tokenizer(
+    out_dir: Path,
+    text: str = TOKENIZER_TEXT,
+    vocab_size: int = VOCAB_SIZE,
+    seed_sentencepiece_size: int | None = 1000,
+) -> Path:
+    """A SentencePiece BPE model over `text`, written as out_dir/tokenizer.model (and the
+    vocab.txt NeMo's tokenizer setup registers beside it). `seed_sentencepiece_size` None:
+    SentencePiece's own default."""
     import sentencepiece as spm
 
-    text = out_dir / "text.txt"
-    text.write_text(TOKENIZER_TEXT)
+    corpus = out_dir / "text.txt"
+    corpus.write_text(text)
+    extra = {} if seed_sentencepiece_size is None else {
+        "seed_sentencepiece_size": seed_sentencepiece_size
+    }
     spm.SentencePieceTrainer.train(
-        input=str(text),
+        input=str(corpus),
         model_prefix=str(out_dir / "tokenizer"),
-        vocab_size=VOCAB_SIZE,
+        vocab_size=vocab_size,
         model_type="bpe",
         character_coverage=1.0,
-        seed_sentencepiece_size=1000,
         num_threads=1,
         minloglevel=2,
+        **extra,
     )
-    # NeMo's BPE tokenizer setup also registers a vocab.txt beside the model
     model = spm.SentencePieceProcessor(model_file=str(out_dir / "tokenizer.model"))
     pieces = [model.id_to_piece(i) for i in range(model.get_piece_size())]
     (out_dir / "vocab.txt").write_text("\n".join(pieces) + "\n")

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from plugin_site import energy_plugin_site
 
 import streamasr
 from streamasr.errors import UsageError
@@ -30,16 +31,7 @@ ENERGY = ("--backend", "energy", "--model", "energy-bursts")
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The energy engine installed as the plugin `energy` (its module stays in tests/)."""
-    folder = tmp_path_factory.mktemp("site")
-    info = folder / "streamasr_plugin_energy-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: streamasr-plugin-energy\nVersion: 1.0\n", encoding="utf-8"
-    )
-    (info / "entry_points.txt").write_text(
-        "[streamasr.backends]\nenergy = energy_backend:BACKEND\n", encoding="utf-8"
-    )
-    return folder
+    return energy_plugin_site(tmp_path_factory.mktemp("site"))
 
 
 def cli(site: Path | None, *args: str) -> subprocess.CompletedProcess[str]:

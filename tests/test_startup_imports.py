@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import typer.main
+from plugin_site import energy_plugin_site
 from typer.testing import CliRunner
 
 from streamasr.cli import COMMANDS, app
@@ -55,16 +56,7 @@ sys.exit(code)
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The energy engine (tests/energy_backend.py) installed as the plugin `energy`."""
-    folder = tmp_path_factory.mktemp("site")
-    info = folder / "streamasr_plugin_energy-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: streamasr-plugin-energy\nVersion: 1.0\n", encoding="utf-8"
-    )
-    (info / "entry_points.txt").write_text(
-        "[streamasr.backends]\nenergy = energy_backend:BACKEND\n", encoding="utf-8"
-    )
-    return folder
+    return energy_plugin_site(tmp_path_factory.mktemp("site"))
 
 
 def _modules_after(
