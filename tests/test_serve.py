@@ -41,9 +41,11 @@ def reference() -> dict[str, list[dict[str, Any]]]:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
+    # --max-batch 1: texts are compared with `streamasr file`'s, and the bundled model is
+    # int8, whose output depends on the streams batched with it (docs/performance.md)
     with serve(
         "--max-connections", "16", "--handshake-timeout-s", "2", "--max-frame-bytes", "65536",
-        "--allow-origin", "http://captions.example",
+        "--allow-origin", "http://captions.example", "--max-batch", "1",
     ) as running:
         yield running
 
