@@ -36,16 +36,21 @@ def cache_at(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     yield use
 
 
+def file_run_with_cache(folder: Path) -> subprocess.CompletedProcess:
+    """`streamasr file` on the first clip in a fresh process, its graph cache in `folder`."""
+    env = {**os.environ, graph_cache.ENV_DIR: str(folder)}
+    env.pop(graph_cache.ENV_SWITCH, None)
+    return subprocess.run(
+        [sys.executable, "-m", "streamasr", "file", str(CLIPS[0])],
+        capture_output=True, text=True, env=env, check=False,
+    )
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cache holding tiny-en's optimised graphs, built by a real `streamasr file` run."""
     folder = tmp_path_factory.mktemp("graphs")
-    env = {**os.environ, graph_cache.ENV_DIR: str(folder)}
-    env.pop(graph_cache.ENV_SWITCH, None)
-    run = subprocess.run(
-        [sys.executable, "-m", "streamasr", "file", str(CLIPS[0])],
-        capture_output=True, text=True, env=env, check=False,
-    )
+    run = file_run_with_cache(folder)
     assert run.returncode == 0, run.stderr
     return folder
 
@@ -141,12 +146,7 @@ def test_a_truncated_entry_does_not_stop_the_command(built: Path, tmp_path: Path
     folder = shutil.copytree(built, tmp_path / "graphs")
     graph = joiner_entry(folder) / graph_cache.GRAPH_FILE
     graph.write_bytes(graph.read_bytes()[:4096])
-    env = {**os.environ, graph_cache.ENV_DIR: str(folder)}
-    env.pop(graph_cache.ENV_SWITCH, None)
-    run = subprocess.run(
-        [sys.executable, "-m", "streamasr", "file", str(CLIPS[0])],
-        capture_output=True, text=True, env=env, check=False,
-    )
+    run = file_run_with_cache(folder)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip()
     assert "is damaged" in run.stderr and "rebuilding it" in run.stderr
