@@ -11,7 +11,10 @@ import typer
 from typer.core import TyperOption
 
 from streamasr import __version__
+from streamasr.commands import coerce
 from streamasr.commands.lazy import LazyCommand, lazy_group
+
+coerce.install()  # plain option values without pydantic (streamasr/commands/coerce.py)
 
 # The command table: each command's module is imported only when a command line names it
 # (streamasr/commands/lazy.py); the help here is what the top-level --help lists.
