@@ -175,6 +175,49 @@ def test_the_key_follows_the_source_bytes(tmp_path: Path, cache_at: object) -> N
     assert second.parent.parent == folder and second.parent != first.parent
 
 
+def test_a_source_edited_in_place_is_hashed_again(tmp_path: Path, cache_at: object) -> None:
+    """Same size, the mtime set back: the remembered sha256 is not used (ctime moved)."""
+    folder = cache_at(tmp_path / "graphs")  # type: ignore[operator]
+    joiner = next(p for p in tiny_en_sources() if p.name.startswith("joiner"))
+    copy = tmp_path / joiner.name
+    copy.write_bytes(joiner.read_bytes() + b"\xa2\x06\x01x")  # an unknown field: still ONNX
+    first = graph_cache.optimised_paths([copy])[0]
+    assert first.parent.parent == folder
+    before = copy.stat()
+    copy.write_bytes(joiner.read_bytes() + b"\xa2\x06\x01y")
+    os.utime(copy, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert copy.stat().st_size == before.st_size and copy.stat().st_mtime_ns == before.st_mtime_ns
+    assert graph_cache.source_sha256(copy, folder) == graph_cache.file_sha256(copy)
+    second = graph_cache.optimised_paths([copy])[0]
+    assert second.parent.parent == folder and second.parent != first.parent
+
+
+MODULES_AFTER_FILE = """
+import json, sys
+from streamasr.cli import run
+code = run(sys.argv[2:])
+json.dump(sorted(sys.modules), open(sys.argv[1], "w"))
+sys.exit(code)
+"""
+
+
+def test_a_warm_cache_hashes_nothing(built: Path, tmp_path: Path) -> None:
+    """With every entry and source seen before, a load only stats files: no model file is
+    read whole, and OpenSSL's hashlib (3.5 MB resident) is not even imported."""
+    env = {**os.environ, graph_cache.ENV_DIR: str(built)}
+    env.pop(graph_cache.ENV_SWITCH, None)
+    record = tmp_path / "modules.json"
+    run = subprocess.run(
+        [sys.executable, "-c", MODULES_AFTER_FILE, str(record), "file", str(CLIPS[0])],
+        cwd=REPO, capture_output=True, text=True, env=env, check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip()
+    modules = set(json.loads(record.read_text()))
+    assert "streamasr.backends.sherpa.graph_cache" in modules  # the cache was used
+    assert not {"hashlib", "_hashlib"} & modules
+
+
 def test_a_file_onnx_runtime_cannot_optimise_is_loaded_as_it_is_and_not_retried(
     tmp_path: Path, cache_at: object
 ) -> None:

@@ -16,7 +16,6 @@ Nothing here prints; details go to the "streamasr" logger.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -38,7 +37,10 @@ _LOADED_SUFFIXES = (".onnx", ".nemo")
 
 
 def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in blocks."""
+    """Hex sha256 of a file, read in blocks. hashlib is imported here, not above: it maps
+    OpenSSL (3.5 MB resident), which a check before use that only stats files never needs."""
+    import hashlib
+
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while block := handle.read(1 << 20):
