@@ -6,10 +6,12 @@ fed so far) and `wall_s` (monotonic seconds since the stream started).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 from streamasr.captions import Word, words_of
+from streamasr.prefix import Prefix
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -38,7 +40,7 @@ class Event:
         data: dict[str, Any] = {"type": self.kind}
         for item in fields(self):
             value = getattr(self, item.name)
-            if isinstance(value, tuple):
+            if isinstance(value, (tuple, Prefix)):
                 nested = bool(value) and _is_record(value[0])
                 value = [asdict(v) for v in value] if nested else list(value)
             elif _is_record(value):
@@ -53,8 +55,10 @@ class Partial(Event):
 
     kind: ClassVar[str] = "partial"
     text: str
-    tokens: tuple[str, ...] = ()
-    token_times_s: tuple[float, ...] = ()
+    # a tuple, or an O(1) snapshot of the segment's tokens that behaves as one (equal to,
+    # hashing and pickling as the tuple of its items: streamasr.prefix)
+    tokens: Sequence[str] = ()
+    token_times_s: Sequence[float] = ()
 
 
 @dataclass(frozen=True)

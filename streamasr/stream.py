@@ -20,6 +20,7 @@ from streamasr.endpointing import Endpointer
 from streamasr.errors import BackendError
 from streamasr.events import Endpoint, Event, Final, FirstToken, Partial, StreamSummary
 from streamasr.onset import OnsetDetector, OnsetOptions
+from streamasr.prefix import Prefix
 from streamasr.resample import StreamResampler
 from streamasr.vad import Piece, VadFrontEnd, VadOptions
 
@@ -324,9 +325,7 @@ class StreamSession:
             self._revisions += 1
         self._shown = hyp.text
         events.append(
-            self._event(
-                Partial, text=hyp.text, tokens=hyp.tokens, token_times_s=hyp.token_times_s
-            )
+            self._event(Partial, text=hyp.text, tokens=hyp.tokens, token_times_s=hyp.token_times_s)
         )
         return events
 
@@ -369,8 +368,8 @@ class StreamSession:
             text=hyp.text,
             start_s=min(round(start, 3), self.audio_s),
             end_s=min(round(max(end, start), 3), self.audio_s),
-            tokens=hyp.tokens,
-            token_times_s=hyp.token_times_s,
+            tokens=tuple(hyp.tokens),  # once per segment: a final is a plain record
+            token_times_s=tuple(hyp.token_times_s),
         )
         self._finals.append(final)
         self._segment += 1
@@ -419,7 +418,8 @@ def check_hypothesis(hyp: Hypothesis, backend: str) -> None:
     if not isinstance(hyp.text, str):
         raise bad(f"text of type {type(hyp.text).__name__}, not str")
     tokens, times = hyp.tokens, hyp.token_times_s
-    if not isinstance(tokens, (tuple, list)) or not isinstance(times, (tuple, list)):
+    sequences = (tuple, list, Prefix)
+    if not isinstance(tokens, sequences) or not isinstance(times, sequences):
         raise bad("tokens or token times that are not sequences")
     unchanged = hyp.unchanged_tokens
     if not isinstance(unchanged, int) or not 0 <= unchanged <= len(tokens):
@@ -437,8 +437,7 @@ def check_hypothesis(hyp: Hypothesis, backend: str) -> None:
             raise bad(f"token time {index} = {value} s (times must be finite and >= 0)")
         if value < previous:
             raise bad(
-                f"token time {index} = {value} s after {previous} s "
-                "(times must not decrease)"
+                f"token time {index} = {value} s after {previous} s (times must not decrease)"
             )
         previous = value
     start = hyp.segment_start_s

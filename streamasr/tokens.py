@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamasr.errors import ModelError
+from streamasr.prefix import Prefix
 
 WORD_BOUNDARY = "\u2581"
 TOKEN_TYPES = ("word", "bpe", "cjkchar", "cjkchar+bpe", "byte")
@@ -241,6 +242,8 @@ def shared_prefix_len(old: Sequence[object], new: Sequence[object], append_only:
     binary search finds where: O(len) at memcmp speed, never a Python loop per item.
     """
     size = len(old)
+    if isinstance(old, Prefix) and old.shares_storage(new):
+        return min(size, len(new))  # prefixes of one append-only list (streamasr.prefix)
     if len(new) >= size:
         if append_only:
             tail = max(0, size - APPEND_CHECK)
@@ -334,14 +337,15 @@ class PieceText:
 
     def reset(self) -> None:
         """Start a new segment."""
-        self._pieces: tuple[str, ...] = ()
+        self._pieces: Sequence[str] = ()
         self._text = ""
         self._marks = _Marks()
         self.unchanged = 0
 
     def update(self, pieces: Sequence[str], final: bool = False) -> AssembledText:
         """The text of `pieces`, as `assemble(pieces, final)` gives it."""
-        pieces = tuple(pieces)
+        if not isinstance(pieces, (tuple, Prefix)):
+            pieces = tuple(pieces)  # kept until the next update: must not change meanwhile
         shared = shared_prefix_len(self._pieces, pieces, self.append_only)
         self.unchanged = shared
         mark = self._marks.resume(shared)

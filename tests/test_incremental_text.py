@@ -8,6 +8,7 @@ every bundled sherpa-onnx model, greedy and beam search, and compare at every en
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from streamasr.backends.base import EngineOptions
 from streamasr.backends.registry import load_recognizer
 from streamasr.backends.sherpa.engine import SherpaRecognizer, SherpaStream
+from streamasr.prefix import Prefix
 from streamasr.tokens import (
     WORD_BOUNDARY,
     PieceText,
@@ -177,8 +179,9 @@ def test_every_step_matches_whole_hypothesis_assembly(model: str, method: str) -
     stream = recognizer.create_stream()
     audio = _audio(noise=model != "tiny-en")
     block = 5120
-    steps = texts = pieces = revised = 0
-    previous: tuple[str, ...] = ()
+    steps = texts = pieces = revised = shared = 0
+    previous: Sequence[str] = ()
+    taken: list[tuple[Sequence[str], tuple[str, ...]]] = []  # snapshots, and what they held
     for begin in range(0, len(audio) + block, block):
         if begin < len(audio):
             stream.accept(16000, audio[begin : begin + block])
@@ -194,6 +197,10 @@ def test_every_step_matches_whole_hypothesis_assembly(model: str, method: str) -
             assert hyp.tokens == tuple(reference), (model, method, steps)
             assert hyp.unchanged_tokens == _slow_shared(list(previous), list(hyp.tokens))
             revised += hyp.unchanged_tokens < len(previous)
+            # greedy search: this step's tokens are the previous step's list, appended to in
+            # place, not a copy of the whole segment (streamasr.prefix)
+            shared += isinstance(hyp.tokens, Prefix) and hyp.tokens.shares_storage(previous)
+            taken.append((hyp.tokens, tuple(hyp.tokens)))
             texts += bool(hyp.text)
             pieces += bool(hyp.tokens)
             previous = hyp.tokens
@@ -201,8 +208,11 @@ def test_every_step_matches_whole_hypothesis_assembly(model: str, method: str) -
                 stream.reset()
                 previous = ()
     assert steps > 30 and pieces > 10 and texts > 0, (steps, pieces, texts)
+    # no snapshot handed out changed afterwards, whatever came later (appends, resets, beams)
+    assert all(snapshot == held for snapshot, held in taken)
     if method == "greedy_search":
         assert revised == 0
+        assert shared >= pieces - steps // 17 - 1, (shared, pieces, steps)
     elif model == "tiny-random-cjkchar-bpe":
         # beam search takes back earlier pieces here: the path that re-assembles runs
         assert revised > 0

@@ -18,8 +18,10 @@ class Hypothesis:
     """What the engine currently believes for the open segment."""
 
     text: str
-    tokens: tuple[str, ...] = ()
-    token_times_s: tuple[float, ...] = ()  # absolute audio time of each token
+    # tuples, or (sherpa-onnx) O(1) snapshots of the segment's append-only lists that
+    # behave as tuples (streamasr.prefix)
+    tokens: Sequence[str] = ()
+    token_times_s: Sequence[float] = ()  # absolute audio time of each token
     segment_start_s: float = 0.0
     # the model emitted its end-of-utterance token (models trained with one, e.g. parakeet EOU)
     end_of_utterance: bool = False

@@ -21,6 +21,7 @@ from streamasr.backends.base import (
 from streamasr.backends.sherpa.modeldir import ModelFiles
 from streamasr.backends.sherpa.options import MAX_ACTIVE_PATHS, SherpaSettings
 from streamasr.errors import ModelError, UsageError
+from streamasr.prefix import Growing, Prefix
 from streamasr.tokens import (
     APPEND_CHECK,
     AssembledText,
@@ -98,14 +99,10 @@ class SherpaRecognizer:
 
                 hotword_setup = dict(
                     stack.enter_context(
-                        engine_hotword_options(
-                            Path(own.hotwords), self.vocabulary, files.directory
-                        )
+                        engine_hotword_options(Path(own.hotwords), self.vocabulary, files.directory)
                     )
                 )
-                hotword_setup["max_active_paths"] = max(
-                    MAX_ACTIVE_PATHS, HOTWORD_MIN_ACTIVE_PATHS
-                )
+                hotword_setup["max_active_paths"] = max(MAX_ACTIVE_PATHS, HOTWORD_MIN_ACTIVE_PATHS)
             self.engine = self._load(files, options.threads, own, hotword_setup)
 
     @staticmethod
@@ -120,14 +117,20 @@ class SherpaRecognizer:
         try:
             return SherpaRecognizer._build(files, graphs, threads, own, hotword_setup)
         except ModelError as exc:
-            log.warning("sherpa-onnx refused the cached optimised graphs (%s); loading the "
-                        "original files (STREAMASR_GRAPH_CACHE=0 skips the cache)", exc)
+            log.warning(
+                "sherpa-onnx refused the cached optimised graphs (%s); loading the "
+                "original files (STREAMASR_GRAPH_CACHE=0 skips the cache)",
+                exc,
+            )
             refuse([g for g in graphs if g not in originals], "sherpa-onnx refused it")
             return SherpaRecognizer._build(files, originals, threads, own, hotword_setup)
 
     @staticmethod
     def _build(
-        files: ModelFiles, graphs: list[Path], threads: int, own: SherpaSettings,
+        files: ModelFiles,
+        graphs: list[Path],
+        threads: int,
+        own: SherpaSettings,
         hotword_setup: dict,
     ) -> Any:
         import sherpa_onnx
@@ -159,9 +162,7 @@ class SherpaRecognizer:
                     **transducer,
                     **common,
                 )
-            return sherpa_onnx.OnlineRecognizer.from_zipformer2_ctc(
-                model=str(graphs[0]), **common
-            )
+            return sherpa_onnx.OnlineRecognizer.from_zipformer2_ctc(model=str(graphs[0]), **common)
         except (RuntimeError, ValueError) as exc:
             raise ModelError(
                 f"sherpa-onnx could not load model {files.directory}: {exc}. "
@@ -238,8 +239,12 @@ class SherpaStream:
         self._piece_text = PieceText(append_only)
         self._spaced_text = SpacedText(append_only)
         self._finished = False
-        self._last_pieces: tuple[str, ...] = ()
-        self._last_times: tuple[float, ...] = ()
+        # the segment's pieces and times, appended to in place while greedy search only
+        # appends: each step's Hypothesis holds an O(1) snapshot (streamasr.prefix)
+        self._piece_list: Growing[str] = Growing()
+        self._time_list: Growing[float] = Growing()
+        self._last_pieces: Prefix[str] = self._piece_list.snapshot()
+        self._last_times: Prefix[float] = self._time_list.snapshot()
         self._last_start = float("nan")  # segment start of _last_times
         self._segment = 0
         self._reported_segment = -1
@@ -275,7 +280,7 @@ class SherpaStream:
         """
         result = self.engine.get_result_all(self.stream)
         start = float(result.start_time)
-        previous = self._last_pieces
+        previous, previous_times = self._last_pieces, self._last_times
         pieces = self._pieces(result)
         if self._from_pieces:
             text = self._assembled(pieces).text
@@ -286,8 +291,7 @@ class SherpaStream:
         times = self._times(result.timestamps, start, unchanged, len(pieces))
         if not self._append_only:
             # a beam may switch to a path with the same pieces at other frames
-            unchanged = min(unchanged, shared_prefix_len(self._last_times, times, False))
-        self._last_times = times
+            unchanged = min(unchanged, shared_prefix_len(previous_times, times, False))
         return Hypothesis(
             text=text,
             tokens=pieces,
@@ -296,24 +300,24 @@ class SherpaStream:
             unchanged_tokens=unchanged,
         )
 
-    def _times(self, raw: list[float], start: float, unchanged: int, count: int) -> tuple:
+    def _times(self, raw: list[float], start: float, unchanged: int, count: int) -> Prefix:
         """Absolute token times, rounded to the millisecond. Greedy search never moves a
         token it has emitted, so within one segment only the times of new tokens are
-        converted: the cost of a step follows what it added, not the utterance."""
+        converted and appended: the cost of a step follows what it added, not the utterance."""
         keep = 0
         if self._append_only and start == self._last_start:
             keep = min(unchanged, len(self._last_times), count)
         self._last_start = start
         tail = np.round(np.add(raw[keep:count], start), 3).tolist()
-        return self._last_times[:keep] + tuple(tail)
+        self._last_times = self._time_list.replace(keep, tail)
+        return self._last_times
 
-    def _pieces(self, result: Any) -> tuple[str, ...]:
+    def _pieces(self, result: Any) -> Prefix[str]:
         """The token pieces; a build that hands out half characters keeps the last good ones.
 
-        Greedy search only appends, so the pieces of the previous step are kept as they are
-        (the same objects) and only the new ones are added: comparing this hypothesis with
-        the last one, here and in the renderers, then meets identical objects and costs
-        what the step added, not the utterance.
+        Greedy search only appends, so the pieces of the previous step stay where they are
+        and only the new ones are appended: comparing this hypothesis with the last one,
+        here and in the renderers, then costs what the step added, not the utterance.
         """
         try:
             raw = result.tokens
@@ -324,12 +328,12 @@ class SherpaStream:
         size = len(last)
         tail = max(0, size - APPEND_CHECK)
         if self._append_only and len(raw) >= size and tuple(raw[tail:size]) == last[tail:]:
-            self._last_pieces = last + tuple(raw[size:])
+            self._last_pieces = self._piece_list.extend(raw[size:])
         else:
-            self._last_pieces = tuple(raw)
+            self._last_pieces = self._piece_list.replace(0, raw)
         return self._last_pieces
 
-    def _assembled(self, pieces: tuple[str, ...]) -> AssembledText:
+    def _assembled(self, pieces: Sequence[str]) -> AssembledText:
         """Whole characters; once no more audio can come, an incomplete tail is dropped."""
         final = self._finished and not self.engine.is_ready(self.stream)
         assembled = self._piece_text.update(pieces, final=final)
@@ -354,8 +358,10 @@ class SherpaStream:
             if dropped and self._reported_segment != self._segment:
                 self._report_dropped(dropped)
         self.engine.reset(self.stream)
-        self._last_pieces = ()
-        self._last_times = ()
+        self._piece_list = Growing()
+        self._time_list = Growing()
+        self._last_pieces = self._piece_list.snapshot()
+        self._last_times = self._time_list.snapshot()
         self._piece_text.reset()
         self._spaced_text.reset()
         self._segment += 1
