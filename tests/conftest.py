@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from warm_nemo import WarmNemo
 
 # Tests never read the developer's own settings (streamasr/config.py): no config file and no
 # STREAMASR_MODEL/DEVICE/FORMAT, in this process and in every process a test starts.
@@ -160,6 +161,15 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def warm_nemo() -> Iterator[WarmNemo]:
+    """CLI runs forked from one process that imported torch and NeMo once per worker
+    (tests/warm_nemo.py says what a run keeps of a fresh process, and what it cannot show)."""
+    server = WarmNemo()
+    yield server
+    server.close()
 
 
 def read_terminal(controller: int) -> bytes:

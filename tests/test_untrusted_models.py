@@ -3,7 +3,9 @@
 Each attack is a real file: a copy of the bundled tiny NeMo model (or a sherpa-onnx folder)
 with one thing changed, run through the CLI in a fresh process. Every case must end with
 the expected exit code, one line on stderr naming the problem and the fix, nothing on
-stdout, and no marker file where the attack would have written one.
+stdout, and no marker file where the attack would have written one. The runs that get as far
+as loading a checkpoint fork from a process that imported NeMo once (`warm_nemo`,
+tests/warm_nemo.py); the refusals before that keep a fresh process each.
 """
 
 from __future__ import annotations
@@ -281,7 +283,7 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_a_pickle_payload_does_not_run_even_when_the_environment_asks(tmp_path):
+def test_a_pickle_payload_does_not_run_even_when_the_environment_asks(tmp_path, warm_nemo):
     import torch
 
     marker = tmp_path / "pickle-ran"
@@ -290,15 +292,14 @@ def test_a_pickle_payload_does_not_run_even_when_the_environment_asks(tmp_path):
     evil = craft(tmp_path / "pickle.nemo", replace={"model_weights.ckpt": buffer.getvalue()})
     env = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     assert_refused(
-        cli("file", str(CLIP), "--model", str(evil), env=env),
+        warm_nemo.cli("file", str(CLIP), "--model", str(evil), env=env),
         "model_weights.ckpt holds pickled objects besides tensors", "posix.system",
     )
     assert not marker.exists()
     # the control: the same bytes, loaded the way the environment asks, do run the payload
     ckpt = tmp_path / "model_weights.ckpt"
     ckpt.write_bytes(buffer.getvalue())
-    subprocess.run([sys.executable, "-c", f"import torch; torch.load({str(ckpt)!r})"],
-                   env={**os.environ, **env}, capture_output=True, timeout=300)
+    warm_nemo.python(f"import torch; torch.load({str(ckpt)!r})", env=env, timeout=300)
     assert marker.exists()
 
 
@@ -346,17 +347,17 @@ def test_the_bundled_models_pass_the_check_untouched(name):
         assert vetted.config["tokenizer"]["dir"] == str(vetted.directory)
 
 
-def test_trust_model_config_lets_a_harmless_unlisted_class_in_with_a_warning(tmp_path):
+def test_trust_model_config_lets_a_harmless_unlisted_class_in_with_a_warning(tmp_path, warm_nemo):
     section = {"_target_": HARMLESS_UNLISTED, "patch_size": 48, "mask_patches": 2,
                "freq_masks": 0, "freq_width": 0}
     crafted = craft(tmp_path / "patched.nemo", lambda c: c.update(spec_augment=section))
     assert_refused(cli("file", str(CLIP), "--model", str(crafted)), HARMLESS_UNLISTED,
                    "--trust-model-config")
-    trusted = cli("file", str(CLIP), "--model", str(crafted), "--trust-model-config")
+    trusted = warm_nemo.cli("file", str(CLIP), "--model", str(crafted), "--trust-model-config")
     assert trusted.returncode == 0, trusted.stderr
     warnings = [line for line in trusted.stderr.splitlines() if HARMLESS_UNLISTED in line]
     assert len(warnings) == 1 and "--trust-model-config" in warnings[0]
-    plain = cli("file", str(CLIP), "--model", str(STREAMING))
+    plain = warm_nemo.cli("file", str(CLIP), "--model", str(STREAMING))
     assert plain.returncode == 0, plain.stderr
     assert trusted.stdout == plain.stdout  # spec augment acts in training only
 
@@ -379,7 +380,7 @@ def test_a_refused_nemo_never_imports_torch(tmp_path):
     assert done.stdout.split() == ["1", "[]"], done.stdout + done.stderr
 
 
-def test_the_allowlist_names_real_classes_and_the_attack_is_real(tmp_path):
+def test_the_allowlist_names_real_classes_and_the_attack_is_real(tmp_path, warm_nemo):
     """Every allowed name imports to a class; and without the check, NeMo itself runs the
     function a crafted config names (the marker appears)."""
     marker = tmp_path / "nemo-wrote-this"
@@ -397,8 +398,7 @@ def test_the_allowlist_names_real_classes_and_the_attack_is_real(tmp_path):
         "except Exception:\n"
         "    pass\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO, timeout=600)
+    done = warm_nemo.python(code)
     assert "allowlist ok" in done.stdout, done.stderr[-2000:]
     assert marker.exists()
 
