@@ -17,6 +17,7 @@ import contextlib
 import logging
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -44,6 +45,11 @@ STATIC = {
 DUPLICATE_SIGNAL_S = 1.0
 #: How long the last final and summary may take to reach a client before the close.
 FLUSH_TIMEOUT_S = 10.0
+#: The GIL switch interval while serving (Python's default is 5 ms). The engine thread lets
+#: go of the GIL in every engine call and must take it back after each; while the event loop
+#: runs Python that costs up to one interval per call, which on busy cores kept steps, and
+#: so first tokens and finals, late.
+SWITCH_INTERVAL_S = 0.0005
 
 
 class _Stop(Exception):
@@ -386,6 +392,8 @@ class StreamServer:
             origins = [*self.security.origins, None]  # None: clients that send no Origin
         scheduler_task = asyncio.create_task(self.scheduler.run())
         limits = self.limits
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         try:
             async with serve(
                 self.handle,
@@ -416,6 +424,7 @@ class StreamServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await scheduler_task
             await loop.run_in_executor(None, self.scheduler.close)
+            sys.setswitchinterval(switch_interval)
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
 

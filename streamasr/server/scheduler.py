@@ -2,21 +2,24 @@
 
 Each utterance of each connection is a StreamSession. Connections hand their audio to the
 scheduler, which cuts it into feed blocks exactly as `streamasr file` does (one chunk each,
-unless --block-ms says otherwise). One task takes the utterances that have blocks ready (at
-most `max_batch`, after waiting up to `max_wait_ms` for the batch to fill), and runs them in
-a single worker thread: per round, one block into each session, then the engine's batched
-step (batch.step_all) over all of them. So the event loop never waits on the engine, the
-engine is only ever touched from that one thread (sessions share no mutable engine state),
-and every session's events are those `streamasr file` prints for the same audio, with the
-same `audio_s` (int8 models quantise dynamically: there a batch can change a decode;
-docs/performance.md).
+unless --block-ms or the session's `block_ms` says otherwise). One task takes the utterances
+that have blocks ready (at most `max_batch`, after waiting up to `max_wait_ms` for the batch
+to fill; an utterance whose input ended goes first and waits for no batch) and runs a job:
+per round, one block into each session, then the engine's batched step over all of them.
+Only the engine call runs on the single worker thread; the sessions' Python (hypotheses,
+endpoints, events, JSON) runs on the event loop, as in sherpa-onnx's own server. So the
+event loop never waits on the engine, the worker never waits for the event loop's Python
+(the engine lets go of the GIL), a stream is never touched from two threads at once (an
+utterance in a job is fed by that job only), and every session's events are those
+`streamasr file` prints for the same audio, with the same `audio_s` (int8 models quantise
+dynamically: there a batch can change a decode; docs/performance.md).
 
 Blocks that only buffer audio never cost a trip to the worker thread: while an utterance has
 no step in flight or queued, its blocks are fed on the event loop as they come, one at a
 time, until its stream has a chunk ready (where the engine can say so: the stream's
 `ready()`); only then does the utterance join a batch, and the worker steps it before it
 feeds the blocks that came after. The order of feeding and stepping, and so every event, is
-the same as before; only the thread differs. With 100 ms messages and a 320 ms chunk that
+the same as before. With 100 ms messages and a 320 ms chunk that
 is one hand-over per engine step instead of one per message, which on busy cores (where
 every wake-up of a thread waits for a core) is what kept first tokens and finals late.
 
@@ -26,9 +29,10 @@ handed to the connection's `deliver` callback on the event loop.
 Why not the one driver (driver.py): `drive` owns its loop and pulls one source's blocks, one
 session at a time, so every step would be one stream's. Here audio is pushed by the
 connections and the steps are shared: a batch of sessions advances together through one
-`decode_batch` (batch.step_all). So the scheduler uses the driver's pieces, not its loop: the
-session's `accept`/`end_input`/`close` and batch.step_all, which turn each step into the
-events `drive` would have given, and the JSONL renderer as the sink.
+`decode_batch`. So the scheduler uses the driver's pieces, not its loop: the session's
+`accept`/`end_input`/`after_step`/`close` (batch.step_all's loop, with the engine call sent
+to the worker thread), which turn each step into the events `drive` would have given, and
+the JSONL renderer as the sink.
 """
 
 from __future__ import annotations
@@ -41,11 +45,11 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from streamasr.backends.base import Recognizer
-from streamasr.batch import step_all
 from streamasr.events import Event, FirstToken
 from streamasr.render import JsonlRenderer
 from streamasr.server.metrics import Metrics
@@ -83,8 +87,8 @@ class _Lines:
 class Utterance:
     """One utterance of one connection: its session, audio not yet fed, where events go.
 
-    The session and the renderer are used only on the worker thread; the buffers only on
-    the event loop.
+    Everything is used on the event loop; only the engine call of a step runs on the worker
+    thread, while the utterance is in that job (`in_job`) and nothing else feeds it.
     """
 
     session: StreamSession
@@ -100,7 +104,7 @@ class Utterance:
     queued_samples: int = 0
     ending: bool = False
     ended: bool = False
-    in_job: bool = False  # taken into the job on the worker thread now
+    in_job: bool = False  # taken into the job running now
     step_due: bool = False  # fed up to a ready chunk on the event loop: step before feeding
     discarded: bool = False
     done: asyncio.Future[None] | None = None
@@ -185,7 +189,7 @@ class Scheduler:
     def _feed_inline(self, utterance: Utterance) -> None:
         """On the event loop: feed queued blocks until the stream has a chunk ready.
 
-        Only while the worker thread neither holds the session nor has a step of it due, and
+        Only while no job holds the session nor has a step of it due, and
         only where the stream can say when it is ready (and no VAD model runs on each block).
         """
         session = utterance.session
@@ -213,6 +217,7 @@ class Scheduler:
                 utterance.blocks.append(utterance.pending)
                 utterance.pending = np.zeros(0, np.float32)
             self._mark_ready(utterance)
+            self._ready.move_to_end(utterance, last=False)  # an end goes first, unbatched
         return utterance.done
 
     def discard(self, utterance: Utterance) -> None:
@@ -229,11 +234,14 @@ class Scheduler:
 
     async def run(self) -> None:
         """The scheduler task: runs until cancelled."""
-        loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if len(self._ready) < self.max_batch and self.max_wait_s > 0:
+            if (
+                len(self._ready) < self.max_batch
+                and self.max_wait_s > 0
+                and not any(utterance.ending for utterance in self._ready)
+            ):
                 await asyncio.sleep(self.max_wait_s)
             while self._ready:
                 work = self._take_batch()
@@ -241,14 +249,13 @@ class Scheduler:
                     continue
                 self.metrics.batch_size.observe(len(work))
                 try:
-                    await loop.run_in_executor(self._executor, self._step, work)
+                    await self._step(work)
                 except Exception as exc:  # an engine failure ends the streams it stepped
                     log.exception("engine step failed")
                     for item in work:
                         if not item.utterance.discarded:
                             item.utterance.fail(f"engine step failed: {exc}")
                     continue
-                self._dispatch(work)
 
     def _take_batch(self) -> list[_Work]:
         work: list[_Work] = []
@@ -278,35 +285,69 @@ class Scheduler:
             self._ready[utterance] = None
         return work
 
-    def _step(self, work: list[_Work]) -> None:
-        """On the worker thread: feed block by block, batched steps; the ending ones close."""
-        self._step_sessions([item.utterance for item in work if item.primed])
-        rounds = max((len(item.blocks) for item in work), default=0)
-        for index in range(rounds):
-            stepping = [item.utterance for item in work if index < len(item.blocks)]
-            for item in work:
-                if index < len(item.blocks):
-                    block = item.blocks[index]
-                    item.utterance.session.accept(block)
-                    self.metrics.audio_s.inc(len(block) / item.utterance.config.sample_rate)
-            self._step_sessions(stepping)
-        ending = [item.utterance for item in work if item.end]
-        if not ending:
-            return
-        padded = [utterance for utterance in ending if utterance.session.end_input()]
-        self._step_sessions(padded)
+    async def _step(self, work: list[_Work]) -> None:
+        """One job: the batched step of every primed utterance, then block by block the
+        queued blocks taken (one chunk's worth at most), each followed by a batched step,
+        then the ends: tail padding, steps until nothing is ready, the last final. The order
+        of feeding and stepping per utterance is `streamasr file`'s, so are the events.
+
+        An utterance's lines go out as soon as nothing more of this job is its: most have
+        no queued blocks and go right after the first step.
+        """
+        await self._step_sessions([item.utterance for item in work if item.primed])
+        self._dispatch([item for item in work if not (item.blocks or item.end)])
+        later = [item for item in work if item.blocks or item.end]
+        for index in range(max((len(item.blocks) for item in later), default=0)):
+            stepping = [item for item in later if index < len(item.blocks)]
+            for item in stepping:
+                self._accept(item.utterance, item.blocks[index])
+            await self._step_sessions([item.utterance for item in stepping])
+        ending = [item.utterance for item in later if item.end]
+        await self._step_sessions([u for u in ending if u.session.end_input()])
         for utterance in ending:
             self._render(utterance, utterance.session.close())
             utterance.renderer.end(utterance.session.summary())
+        self._dispatch(later)
 
-    def _step_sessions(self, utterances: list[Utterance]) -> None:
-        if not utterances:
-            return
+    def _accept(self, utterance: Utterance, block: np.ndarray) -> None:
+        utterance.session.accept(block)
+        self.metrics.audio_s.inc(len(block) / utterance.config.sample_rate)
+
+    async def _step_sessions(self, utterances: list[Utterance]) -> None:
+        """Step until no stream has a chunk ready; only the engine call leaves the loop.
+
+        Everything in Python (reading hypotheses, endpoints, events, JSON) runs here on the
+        event loop and the worker thread only runs the engine, which lets go of the GIL:
+        the two threads then never wait for each other's Python (on busy cores such a wait
+        is a whole switch interval, and it was what kept finals late under load).
+        """
+        loop = asyncio.get_running_loop()
+        sessions = [utterance.session for utterance in utterances]
+        while sessions:
+            streams = [session.stream for session in sessions]
+            known = [getattr(stream, "ready", None) for stream in streams]
+            if all(ready is not None for ready in known) and not any(
+                ready() for ready in known  # type: ignore[misc]
+            ):
+                return  # nothing to step: no trip to the worker thread
+            stepped, elapsed = await loop.run_in_executor(
+                self._executor, self._decode, streams
+            )
+            count = sum(stepped)
+            if not count:
+                return
+            self.metrics.compute_s.inc(elapsed)
+            share = elapsed / count
+            for utterance, did_step in zip(utterances, stepped, strict=True):
+                if did_step:
+                    utterance.session.add_compute(share)
+                    self._render(utterance, utterance.session.after_step())
+
+    def _decode(self, streams: list[Any]) -> tuple[list[bool], float]:
+        """On the worker thread: one batched step; which streams stepped, and its time."""
         started = self.clock()
-        events = step_all(self.recognizer, [u.session for u in utterances], self.clock)
-        self.metrics.compute_s.inc(self.clock() - started)
-        for utterance, produced in zip(utterances, events, strict=True):
-            self._render(utterance, produced)
+        stepped = self.recognizer.decode_batch(streams)
+        return stepped, self.clock() - started
 
     def _render(self, utterance: Utterance, events: list[Event]) -> None:
         for event in events:
