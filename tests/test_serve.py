@@ -1,8 +1,11 @@
 """`streamasr serve`: a real server process on 127.0.0.1, real WebSocket clients.
 
 The server must send, per utterance, exactly the events `streamasr file --format jsonl`
-prints for the same audio (the clocks aside); bad input must close only the connection it
-came on, with a reason; limits, the token and SIGTERM must behave as documented.
+prints for the same audio with the same feed block and tail padding (the clocks aside): the
+server's (100 ms, 0.3 s) or a session's own; `streamasr file --server` and
+`streamasr.connect` must give what the local model gives; bad input must close only the
+connection it came on, with a reason; limits, the token and SIGTERM must behave as
+documented.
 """
 
 from __future__ import annotations
@@ -11,11 +14,15 @@ import asyncio
 import json
 import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import soundfile as sf
 from serve_fixture import (
+    REPO,
     ServerProcess,
     clip,
     comparable,
@@ -30,13 +37,26 @@ from serve_fixture import (
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+import streamasr
+from streamasr.errors import InputError
+
 CLIPS = [clip(index) for index in range(4)]
+#: The server's session defaults, as `streamasr file` options.
+LIVE = ("--block-ms", "100", "--tail-padding", "0.3")
+#: What a session sends to be decoded with `streamasr file`'s defaults instead.
+FILE_SETTINGS = {"block_ms": "chunk", "tail_padding_s": 0.66}
 
 
 @pytest.fixture(scope="module")
 def reference() -> dict[str, list[dict[str, Any]]]:
-    """`streamasr file --format jsonl` on the bundled clips."""
-    return file_events(*CLIPS)
+    """`streamasr file --format jsonl` on the bundled clips, with the server's defaults."""
+    return file_events(*CLIPS, options=LIVE)
+
+
+@pytest.fixture(scope="module")
+def file_defaults() -> dict[str, list[dict[str, Any]]]:
+    """`streamasr file --format jsonl` with its own defaults (one chunk, 0.66 s)."""
+    return file_events(*CLIPS[:2])
 
 
 @pytest.fixture(scope="module")
@@ -51,17 +71,21 @@ def server() -> Iterator[ServerProcess]:
 
 
 def test_events_equal_file_command_two_files_one_connection(
-    server: ServerProcess, reference: dict[str, list[dict[str, Any]]]
+    server: ServerProcess,
+    reference: dict[str, list[dict[str, Any]]],
+    file_defaults: dict[str, list[dict[str, Any]]],
 ) -> None:
     async def run() -> list[list[dict]]:
         async with connect(server.url) as ws:
             first = await stream_clip(ws, CLIPS[0], frame_bytes=1000)
-            second = await stream_clip(ws, CLIPS[1], frame_bytes=16000)
+            # the next utterance asks for its own feed block and tail padding
+            second = await stream_clip(ws, CLIPS[1], frame_bytes=16000, **FILE_SETTINGS)
             return [first, second]
 
     first, second = asyncio.run(run())
     assert comparable(first) == comparable(reference[CLIPS[0]])
-    assert comparable(second) == comparable(reference[CLIPS[1]])
+    assert comparable(second) == comparable(file_defaults[CLIPS[1]])
+    assert comparable(second) != comparable(reference[CLIPS[1]])  # the settings took effect
     assert [event["type"] for event in first][-2:] == ["final", "summary"]
 
 
@@ -70,7 +94,7 @@ def test_delta_partials_equal_file_command(server: ServerProcess) -> None:
         async with connect(server.url) as ws:
             return await stream_clip(ws, CLIPS[0], partials="delta")
 
-    expected = file_events(CLIPS[0], options=("--partials", "delta"))[CLIPS[0]]
+    expected = file_events(CLIPS[0], options=("--partials", "delta", *LIVE))[CLIPS[0]]
     events = asyncio.run(run())
     assert comparable(events) == comparable(expected)
     assert any("text_tail" in event for event in events)
@@ -129,6 +153,15 @@ MALFORMED = {
     "text where audio expected": ((CONFIG, "hello"), 1003, "binary audio"),
     "oversized frame": ((CONFIG, b"\x00" * 70000), 1009, ""),
     "unknown format": ((json.dumps({"sample_rate": 16000, "format": "mp3"}),), 1007, "s16le"),
+    "negative block": ((json.dumps({"sample_rate": 16000, "block_ms": -100}),), 1007,
+                       "block_ms must be a number from 10 to"),
+    "huge block": ((json.dumps({"sample_rate": 16000, "block_ms": 1e300}),), 1007, "block_ms"),
+    "block not a number": ((json.dumps({"sample_rate": 16000, "block_ms": "320"}),), 1007,
+                           '"chunk"'),
+    "huge padding": ((json.dumps({"sample_rate": 16000, "tail_padding_s": 1e9}),), 1007,
+                     "tail_padding_s must be a number from 0 to 2 s"),
+    "padding not a number": ((json.dumps({"sample_rate": 16000, "tail_padding_s": [1]}),),
+                             1007, "tail_padding_s"),
 }
 
 
@@ -334,3 +367,66 @@ def test_bad_server_options_are_usage_errors(args: tuple[str, ...], words: str) 
     result = CliRunner().invoke(app, ["serve", "--model", "tiny-en", *args])
     assert result.exit_code == 2, result.output
     assert words in result.output
+
+
+# -- clients: `streamasr file --server` and `streamasr.connect` -----------------------------
+
+
+def run_file(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streamasr", "file", *args],
+        cwd=REPO, capture_output=True, text=True,
+    )
+
+
+def test_file_with_server_prints_what_file_prints(
+    server: ServerProcess, file_defaults: dict[str, list[dict[str, Any]]]
+) -> None:
+    # the server's defaults (100 ms, 0.3 s) are not file's: the client sends its own
+    paths = CLIPS[:2]
+    done = run_file(*paths, "--server", server.url, "--format", "jsonl")
+    assert done.returncode == 0, done.stderr
+    remote: dict[str, list[dict]] = {path: [] for path in paths}
+    for line in done.stdout.splitlines():
+        record = json.loads(line)
+        remote[record["source"]].append(record)
+    for path in paths:
+        assert comparable(remote[path]) == comparable(file_defaults[path])
+    text = run_file(CLIPS[0], "--server", server.url, "--format", "text", *LIVE)
+    local_text = run_file(CLIPS[0], "--model", "tiny-en", "--format", "text", *LIVE)
+    assert text.stdout == local_text.stdout and text.stdout.strip()
+
+
+def test_file_with_server_refuses_model_options_and_says_unreachable(
+    server: ServerProcess,
+) -> None:
+    refused = run_file(CLIPS[0], "--server", server.url, "--chunk", "32")
+    assert refused.returncode == 2 and "--chunk is the server's setting" in refused.stderr
+    unreachable = run_file(CLIPS[0], "--server", "ws://127.0.0.1:1/ws")
+    assert unreachable.returncode == 1 and "cannot connect" in unreachable.stderr
+
+
+def test_connect_streams_like_open_model(server: ServerProcess) -> None:
+    audio, rate = sf.read(REPO / CLIPS[1], dtype="float32")
+    local_model = streamasr.open_model("tiny-en")
+    chunk = round(local_model.session(rate).block_s * rate)  # the feed block asked for
+    local_blocks = [audio[start : start + chunk] for start in range(0, len(audio), chunk)]
+    local = [event.to_dict() for event in local_model.stream(local_blocks, rate, CLIPS[1])]
+    # any block size: the server cuts the audio into feed blocks of one chunk itself
+    blocks = [audio[start : start + 1234] for start in range(0, len(audio), 1234)]
+    with streamasr.connect(server.url) as remote_model:
+        remote = [event.to_dict() for event in remote_model.stream(blocks, rate, CLIPS[1])]
+        summary = remote_model.transcribe(audio, rate, CLIPS[1])  # same connection, again
+    assert comparable(remote) == comparable(local)
+    assert summary.text == local_model.transcribe(audio, rate).text and summary.text
+    assert [final.text for final in summary.finals] == [
+        event["text"] for event in local if event["type"] == "final"
+    ]
+    # a setting the server does not take (as `file --server --block-ms 5` sends it): an
+    # input error with the server's reason, and the next connection is served
+    with streamasr.connect(server.url) as remote_model:
+        remote_model.settings = {"block_ms": 5, "tail_padding_s": 0.3}
+        with pytest.raises(InputError, match="block_ms must be a number from 10 to"):
+            remote_model.transcribe(audio, rate)
+        remote_model.settings = {}  # the server's own settings
+        assert remote_model.transcribe(audio, rate).text

@@ -105,7 +105,8 @@ def test_page_finals_equal_file_on_the_audio_sent(
     sent.write_bytes(base64.b64decode(browser.execute_async_script(FETCH_COPY)))
 
     assert shown[: len(first_seen)] == first_seen
-    assert shown == finals(file_events(str(sent))[str(sent)])
+    live = ("--block-ms", "100", "--tail-padding", "0.3")  # the server's session defaults
+    assert shown == finals(file_events(str(sent), options=live)[str(sent)])
     clip_final = finals(file_events(CLIP)[CLIP])[0]
     assert set(shown[0].split()) & set(clip_final.split()), (shown[0], clip_final)
     assert "ms of audio after onset" in latency and "wall clock" in latency

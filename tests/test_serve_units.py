@@ -29,6 +29,7 @@ from streamasr.server.protocol import (
     is_end,
     parse_config,
 )
+from streamasr.stream import StreamOptions
 
 SERVER_RULES = EndpointOptions()
 
@@ -42,6 +43,28 @@ def test_config_defaults_and_session_settings() -> None:
     assert ruled.endpoint == EndpointOptions(rule2_s=0.5) and ruled.partials == "delta"
 
 
+def test_session_feed_block_and_tail_padding() -> None:
+    base = StreamOptions(block_s=0.1, tail_padding_s=0.3)
+    assert SessionConfig(16000).stream_options(base) == base  # not given: the server's
+    chunk = parse_config(
+        json.dumps({"sample_rate": 16000, "block_ms": "chunk", "tail_padding_s": 0}), SERVER_RULES
+    )
+    assert chunk.stream_options(base) == StreamOptions(block_s=None, tail_padding_s=0.0)
+    own = parse_config(json.dumps({"sample_rate": 16000, "block_ms": 250}), SERVER_RULES, 500)
+    assert own.stream_options(base) == StreamOptions(block_s=0.25, tail_padding_s=0.3)
+    with pytest.raises(ProtocolError, match="from 10 to 500 ms"):  # the server's queue limit
+        parse_config(json.dumps({"sample_rate": 16000, "block_ms": 501}), SERVER_RULES, 500)
+
+
+def test_file_over_server_sends_its_own_block_and_padding() -> None:
+    from streamasr.commands.options import ModelOptions
+    from streamasr.commands.remote import session_settings
+
+    assert session_settings(ModelOptions()) == {"block_ms": "chunk", "tail_padding_s": 0.66}
+    given = session_settings(ModelOptions(block_ms=100.0, tail_padding_s=0.3, rule2_s=0.5))
+    assert given == {"block_ms": 100.0, "tail_padding_s": 0.3, "rule2_s": 0.5}
+
+
 @pytest.mark.parametrize(
     "message",
     [
@@ -50,6 +73,13 @@ def test_config_defaults_and_session_settings() -> None:
         '{"sample_rate": 16000, "rule1_s": -1}', '{"sample_rate": 16000, "rule1_s": NaN}',
         '{"sample_rate": 16000, "realtime": "yes"}', '{"sample_rate": 16000, "type": "end"}',
         '{"sample_rate": 16000, "source": 5}', "{}", '{"sample_rate": 16000, "extra": 1}',
+        '{"sample_rate": 16000, "block_ms": -1}', '{"sample_rate": 16000, "block_ms": NaN}',
+        '{"sample_rate": 16000, "block_ms": 9}', '{"sample_rate": 16000, "block_ms": 1e12}',
+        '{"sample_rate": 16000, "block_ms": "frame"}', '{"sample_rate": 16000, "block_ms": null}',
+        '{"sample_rate": 16000, "tail_padding_s": -0.1}',
+        '{"sample_rate": 16000, "tail_padding_s": 2.5}',
+        '{"sample_rate": 16000, "tail_padding_s": Infinity}',
+        '{"sample_rate": 16000, "tail_padding_s": false}',
     ],
 )
 def test_bad_configs_close_with_1007(message: str) -> None:

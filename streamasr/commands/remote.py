@@ -3,8 +3,10 @@
 The audio is read here (any file, stdin, --raw PCM) and sent as f32le; the server decodes
 it with its model and settings; the events come back and go through the same renderers,
 so what is printed is what `streamasr file` prints locally with the server's model (the
-clocks aside). The endpoint rules, when given, travel as the session's own settings; the
-other model options are the server's and are refused here. The token, if the server wants
+clocks aside). The feed block and the tail padding (given or `file`'s defaults) always
+travel as the session's own settings, so the output does not depend on the server's
+defaults; so do the endpoint rules, when given. The other model options are the server's
+and are refused here. The token, if the server wants
 one, comes from $STREAMASR_TOKEN.
 """
 
@@ -37,7 +39,9 @@ ServerOpt = Annotated[
 ]
 
 #: The options that travel to the server as the session's own settings.
-SESSION_FIELDS = ("endpoint", "rule1_s", "rule2_s", "rule3_s")
+SESSION_FIELDS = ("endpoint", "rule1_s", "rule2_s", "rule3_s", "block_ms", "tail_padding_s")
+#: Those sent only when given on the command line (else the server's).
+GIVEN_FIELDS = ("endpoint", "rule1_s", "rule2_s", "rule3_s")
 #: Seconds of audio per message sent (the server cuts its own feed blocks).
 SEND_BLOCK_S = 0.1
 
@@ -65,14 +69,17 @@ def check_remote_options(options: ModelOptions) -> None:
 
 
 def session_settings(options: ModelOptions) -> dict[str, object]:
-    """The endpoint rules given on the command line, as config keys (none: the server's)."""
+    """The session's config keys: the feed block ("chunk" unless --block-ms) and the tail
+    padding as `file` uses them, and the endpoint rules given (none: the server's)."""
     defaults = ModelOptions()
-    given = {
+    given: dict[str, object] = {
         name: getattr(options, name)
-        for name in SESSION_FIELDS
+        for name in GIVEN_FIELDS
         if getattr(options, name) != getattr(defaults, name)
     }
-    return dict(given)
+    given["block_ms"] = options.block_ms if options.block_ms else "chunk"
+    given["tail_padding_s"] = options.tail_padding_s
+    return given
 
 
 def file_over_server(

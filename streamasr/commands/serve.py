@@ -6,7 +6,7 @@ import dataclasses
 import signal
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -36,6 +36,27 @@ def check_server_packages() -> None:
 
 
 MAX_WORKERS = 256
+#: A server's sessions default to live-caption settings (what sherpa-onnx's server does):
+#: 100 ms feed blocks (fed as a microphone's messages come) and 0.3 s of tail padding,
+#: unless --block-ms / --tail-padding (or the user's config) say otherwise. A session asks
+#: for its own in its config; `streamasr file --server` asks for `file`'s.
+LIVE_DEFAULTS = {"block_ms": 100.0, "tail_padding_s": 0.3}
+
+
+def live_defaults(options: ModelOptions) -> ModelOptions:
+    """`options` with LIVE_DEFAULTS where the command line and the config left the built-in
+    default (which is `file`'s: one chunk, 0.66 s)."""
+    import click
+
+    context = click.get_current_context(silent=True)
+    built_in = ModelOptions()
+    changes: dict[str, Any] = {}
+    for name, value in LIVE_DEFAULTS.items():
+        source = context.get_parameter_source(name) if context is not None else None
+        given = source is not None and source != click.core.ParameterSource.DEFAULT
+        if not given and getattr(options, name) == getattr(built_in, name):
+            changes[name] = value
+    return dataclasses.replace(options, **changes)
 
 
 def serve_workers(
@@ -164,8 +185,13 @@ def register(app: typer.Typer) -> None:
         ] = 1,
         verbose: VerboseOpt = False,
     ) -> None:
-        """Serve the model over WebSocket: many clients, one engine, batched steps."""
+        """Serve the model over WebSocket: many clients, one engine, batched steps.
+
+        Sessions default to 100 ms feed blocks and 0.3 s of tail padding (live captions):
+        --block-ms and --tail-padding change that, and each session may ask for its own.
+        """
         setup_logging(verbose)
+        model_options = live_defaults(model_options)
         from streamasr.server.limits import (
             Security,
             ServerLimits,

@@ -146,7 +146,9 @@ class Connection:
             timeout = self.limits.handshake_timeout_s if first else self.limits.idle_timeout_s
             message = await self._receive(timeout, "config" if first else "idle")
             first = False
-            config = protocol.parse_config(message, server.options.endpoint)
+            config = protocol.parse_config(
+                message, server.options.endpoint, self.limits.max_queued_audio_s * 500
+            )
             self.utterance = await server.scheduler.open(config, self.deliver, self.fail)
             while True:
                 message = await self._receive(self.limits.idle_timeout_s, "idle")

@@ -7,9 +7,9 @@
         summary = model.transcribe(audio, 16000)
 
 `stream` yields the Event objects `open_model(...).stream` yields for the same audio fed in
-blocks of one chunk, its default (the clocks aside): the server cuts the audio into its own
-feed blocks, whatever the blocks given here, sends the events as JSON, and they are rebuilt
-here. The samples go
+blocks of one chunk with its tail padding, its defaults (the clocks aside): the session asks
+the server for those (`settings`), the server cuts the audio into such feed blocks whatever
+the blocks given here, sends the events as JSON, and they are rebuilt here. The samples go
 as f32le, so the server decodes exactly the floats given. One connection carries every
 utterance of a RemoteModel, one after another.
 """
@@ -25,7 +25,11 @@ import numpy as np
 
 from streamasr.errors import InputError, StreamAsrError
 from streamasr.events import Endpoint, Event, Final, FirstToken, Partial, StreamSummary
+from streamasr.stream import DEFAULT_TAIL_PADDING_S
 
+#: What a local model's stream uses unless told otherwise: feed blocks of one chunk, the
+#: default tail padding (so a RemoteModel gives its events whatever the server's defaults).
+LOCAL_SETTINGS: dict[str, Any] = {"block_ms": "chunk", "tail_padding_s": DEFAULT_TAIL_PADDING_S}
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls for cls in (Partial, FirstToken, Endpoint, Final)
 }
@@ -70,8 +74,9 @@ class RemoteModel:
     url: str
     token: str | None = None
     open_timeout_s: float = 30.0
-    # per-session settings sent with every config (endpoint, rule1_s, rule2_s, rule3_s)
-    settings: dict[str, Any] = field(default_factory=dict)
+    # per-session settings sent with every config (block_ms, tail_padding_s, endpoint,
+    # rule1_s, rule2_s, rule3_s): by default open_model()'s feed block and tail padding
+    settings: dict[str, Any] = field(default_factory=lambda: dict(LOCAL_SETTINGS))
     last_summary: StreamSummary | None = None
     _ws: Any = field(default=None, repr=False)
 

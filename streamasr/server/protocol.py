@@ -4,7 +4,8 @@ A client, over one WebSocket connection:
 
 1. sends a text message with a JSON config: `{"sample_rate": 16000, "format": "s16le",
    "channels": 1}` plus optional per-session settings (`source`, `realtime`, `endpoint`,
-   `rule1_s`, `rule2_s`, `rule3_s`, `partials`) within the server's limits;
+   `rule1_s`, `rule2_s`, `rule3_s`, `partials`, `block_ms`, `tail_padding_s`) within the
+   server's limits;
 2. sends binary frames of interleaved PCM in that format, of any size;
 3. sends the text message `{"type": "end"}` (or closes the connection);
 4. receives, as JSON text messages, exactly the objects `streamasr file --format jsonl`
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -49,9 +50,16 @@ MAX_REASON_BYTES = 123  # what a close frame can carry
 
 CONFIG_KEYS = (
     "type", "sample_rate", "format", "channels", "source", "realtime",
-    "endpoint", "rule1_s", "rule2_s", "rule3_s", "partials",
+    "endpoint", "rule1_s", "rule2_s", "rule3_s", "partials", "block_ms", "tail_padding_s",
 )
 PARTIALS = ("full", "delta")
+#: A session's own feed block: "chunk" (one engine chunk) or milliseconds in this range.
+#: Not below 10 ms (each block costs Python work on the server), and at most half the
+#: server's --max-queued-audio-s (audio waits for a whole block before it is fed).
+BLOCK_MS_RANGE = (10.0, 60_000.0)
+CHUNK: Literal["chunk"] = "chunk"
+#: A session's own tail padding, seconds: each padded second is engine steps on the server.
+TAIL_PADDING_S_RANGE = (0.0, 2.0)
 
 
 class ProtocolError(InputError):
@@ -82,6 +90,8 @@ class SessionConfig:
     realtime: bool = False
     endpoint: EndpointOptions | None = None  # None: the server's rules
     partials: str = "full"  # "delta": partials carry what changed (as file --partials delta)
+    block_ms: float | Literal["chunk"] | None = None  # None: the server's feed block
+    tail_padding_s: float | None = None  # None: the server's tail padding
 
     @property
     def frame_bytes(self) -> int:
@@ -93,11 +103,23 @@ class SessionConfig:
         options = replace(base, paced=self.realtime)
         if self.endpoint is not None:
             options = replace(options, endpoint=self.endpoint)
+        if self.block_ms == CHUNK:
+            options = replace(options, block_s=None)
+        elif self.block_ms is not None:
+            options = replace(options, block_s=self.block_ms / 1000)
+        if self.tail_padding_s is not None:
+            options = replace(options, tail_padding_s=self.tail_padding_s)
         return options
 
 
-def parse_config(message: str | bytes, server_endpoint: EndpointOptions) -> SessionConfig:
-    """Read a config message; ProtocolError (1007/1003) naming what to fix."""
+def parse_config(
+    message: str | bytes,
+    server_endpoint: EndpointOptions,
+    max_block_ms: float = BLOCK_MS_RANGE[1],
+) -> SessionConfig:
+    """Read a config message; ProtocolError (1007/1003) naming what to fix.
+
+    `max_block_ms`: the largest `block_ms` this server takes (its queued-audio limit)."""
     if isinstance(message, bytes):
         raise ProtocolError(
             CLOSE_UNSUPPORTED,
@@ -147,7 +169,14 @@ def parse_config(message: str | bytes, server_endpoint: EndpointOptions) -> Sess
     partials = data.get("partials", "full")
     if partials not in PARTIALS:
         raise ProtocolError(CLOSE_INVALID, 'config: partials must be "full" or "delta"')
-    return SessionConfig(rate, fmt, channels, source, realtime, endpoint, partials)
+    block_ms: float | Literal["chunk"] | None = CHUNK
+    if data.get("block_ms") != CHUNK:
+        high = min(BLOCK_MS_RANGE[1], max_block_ms)
+        block_ms = _number(data, "block_ms", None, BLOCK_MS_RANGE[0], high, "ms", ' or "chunk"')
+    tail = _number(data, "tail_padding_s", None, *TAIL_PADDING_S_RANGE, "s")
+    return SessionConfig(
+        rate, fmt, channels, source, realtime, endpoint, partials, block_ms, tail
+    )
 
 
 def _whole(data: dict[str, Any], key: str, default: int | None, low: int, high: int) -> int:
@@ -167,8 +196,24 @@ def _flag(data: dict[str, Any], key: str, default: bool) -> bool:
 
 
 def _seconds(data: dict[str, Any], key: str, default: float) -> float:
-    value = data.get(key, default)
-    low, high = RULE_S_RANGE
+    value = _number(data, key, default, *RULE_S_RANGE, "s")
+    return default if value is None else value
+
+
+def _number(
+    data: dict[str, Any],
+    key: str,
+    default: float | None,
+    low: float,
+    high: float,
+    unit: str,
+    other: str = "",
+) -> float | None:
+    """A finite number within [low, high] (JSON has no NaN, but Python's parser takes it);
+    `default` when the key is missing (None: the server's setting)."""
+    if key not in data:
+        return default
+    value = data[key]
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
@@ -176,7 +221,7 @@ def _seconds(data: dict[str, Any], key: str, default: float) -> float:
         or not low <= value <= high
     ):
         raise ProtocolError(
-            CLOSE_INVALID, f"config: {key} must be a number of seconds from {low:g} to {high:g}"
+            CLOSE_INVALID, f"config: {key} must be a number from {low:g} to {high:g} {unit}{other}"
         )
     return float(value)
 
