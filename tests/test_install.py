@@ -61,14 +61,15 @@ def test_a_fresh_venv_from_the_wheel_runs_the_quick_start_from_anywhere(
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False, clear=True).create(env_dir)
     bin_dir = env_dir / "bin"
+    # no PYTHONPATH: a checkout on it would be taken for an installed streamasr
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STREAMASR_MODELS")}
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "-q",
          "--no-compile", str(wheel)],
-        check=True, capture_output=True, timeout=600,
+        check=True, capture_output=True, timeout=600, env=env,
     )
     elsewhere = tmp_path / "somewhere-else"
     elsewhere.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STREAMASR_MODELS")}
     env["STREAMASR_HOME"] = str(tmp_path / "cache")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
