@@ -2,26 +2,26 @@
 
 Each utterance of each connection is a StreamSession. Connections hand their audio to the
 scheduler, which cuts it into feed blocks exactly as `streamasr file` does (one chunk each,
-unless --block-ms or the session's `block_ms` says otherwise). One task takes the utterances
-that have blocks ready (at most `max_batch`, after waiting up to `max_wait_ms` for the batch
-to fill; an utterance whose input ended goes first and waits for no batch) and runs a job:
-per round, one block into each session, then the engine's batched step over all of them.
-Only the engine call runs on the single worker thread; the sessions' Python (hypotheses,
-endpoints, events, JSON) runs on the event loop, as in sherpa-onnx's own server. So the
-event loop never waits on the engine, the worker never waits for the event loop's Python
-(the engine lets go of the GIL), a stream is never touched from two threads at once (an
-utterance in a job is fed by that job only), and every session's events are those
-`streamasr file` prints for the same audio, with the same `audio_s` (int8 models quantise
-dynamically: there a batch can change a decode; docs/performance.md).
+unless --block-ms or the session's `block_ms` says otherwise). The scheduler works in
+rounds, as sherpa-onnx's own server does: each round takes the utterances with an engine
+step due (at most `max_batch`, in the order they became due; one whose input has ended goes
+first, and a round that has one waits for no batch to fill, others up to `max_wait_ms`),
+runs one batched engine step over them, and puts them back in the queue. Only that engine
+call runs on the single worker thread; the sessions' Python (feeding blocks, hypotheses,
+endpoints, events, JSON) runs on the event loop. So the event loop never waits on the
+engine, the worker never waits for the event loop's Python (the engine lets go of the GIL),
+a stream is never touched from two threads at once (nothing feeds an utterance while its
+step runs), a round is one engine step long whatever any utterance's backlog (a new or a
+punctual utterance, or an end, waits for at most the round in flight), and every session's
+events are those `streamasr file` prints for the same audio, with the same `audio_s` (int8
+models quantise dynamically: there a batch can change a decode; docs/performance.md).
 
-Blocks that only buffer audio never cost a trip to the worker thread: while an utterance has
-no step in flight or queued, its blocks are fed on the event loop as they come, one at a
-time, until its stream has a chunk ready (where the engine can say so: the stream's
-`ready()`); only then does the utterance join a batch, and the worker steps it before it
-feeds the blocks that came after. The order of feeding and stepping, and so every event, is
-the same as before. With 100 ms messages and a 320 ms chunk that
-is one hand-over per engine step instead of one per message, which on busy cores (where
-every wake-up of a thread waits for a core) is what kept first tokens and finals late.
+Blocks that only buffer audio never cost a round: an utterance is fed block by block, on the
+event loop as its audio comes, until its stream has a chunk ready (where the engine can say
+so: the stream's `ready()`); only then does it wait for a round, and after its step the next
+block is fed (the tail padding after the last one, once the input ended) only when nothing
+more is ready: `streamasr file`'s order, so its events. With 100 ms messages and a 320 ms
+chunk that is one round per engine step, not one per message.
 
 Events leave as the JSON lines of `streamasr file --format jsonl` (render.JsonlRenderer),
 handed to the connection's `deliver` callback on the event loop.
@@ -30,9 +30,9 @@ Why not the one driver (driver.py): `drive` owns its loop and pulls one source's
 session at a time, so every step would be one stream's. Here audio is pushed by the
 connections and the steps are shared: a batch of sessions advances together through one
 `decode_batch`. So the scheduler uses the driver's pieces, not its loop: the session's
-`accept`/`end_input`/`after_step`/`close` (batch.step_all's loop, with the engine call sent
-to the worker thread), which turn each step into the events `drive` would have given, and
-the JSONL renderer as the sink.
+`accept`/`end_input`/`after_step`/`close` (batch.step_all's loop, one step per round, the
+engine call on the worker thread), which turn each step into the events `drive` would have
+given, and the JSONL renderer as the sink.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -57,13 +56,6 @@ from streamasr.server.protocol import SessionConfig
 from streamasr.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
-
-#: Audio one utterance contributes to one batched job, in engine chunks: an utterance that
-#: is behind (a client that sent a lot at once, a server past its capacity) advances about
-#: one step per job, as every other does, so a job stays one batched step long and a new
-#: or a punctual utterance never waits behind several steps of another's backlog.
-CHUNKS_PER_JOB = 1
-
 
 class _Lines:
     """A text sink for JsonlRenderer: keeps each JSON line (without its newline)."""
@@ -87,8 +79,8 @@ class _Lines:
 class Utterance:
     """One utterance of one connection: its session, audio not yet fed, where events go.
 
-    Everything is used on the event loop; only the engine call of a step runs on the worker
-    thread, while the utterance is in that job (`in_job`) and nothing else feeds it.
+    Everything is used on the event loop; only the engine call of a round runs on the
+    worker thread, while the utterance is in that round (`in_round`) and nothing feeds it.
     """
 
     session: StreamSession
@@ -96,16 +88,16 @@ class Utterance:
     deliver: Callable[[list[str]], None]
     fail: Callable[[str], None]
     block_samples: int
-    job_blocks: int  # feed blocks per job: one engine chunk's worth, at least one
     lines: _Lines = field(default_factory=_Lines)
     renderer: JsonlRenderer = field(init=False)
     pending: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     blocks: deque[np.ndarray] = field(default_factory=deque)
     queued_samples: int = 0
-    ending: bool = False
-    ended: bool = False
-    in_job: bool = False  # taken into the job running now
-    step_due: bool = False  # fed up to a ready chunk on the event loop: step before feeding
+    ending: bool = False  # the client ended the input
+    padded: bool = False  # the tail padding is in and the engine told no more audio comes
+    ended: bool = False  # closed: last final and summary rendered
+    in_round: bool = False  # its engine step runs now
+    check: bool = False  # fed or stepped since it was last found not ready: try a step
     discarded: bool = False
     done: asyncio.Future[None] | None = None
     drained: asyncio.Event = field(default_factory=asyncio.Event)
@@ -120,16 +112,8 @@ class Utterance:
         return self.queued_samples / self.config.sample_rate
 
 
-@dataclass
-class _Work:
-    utterance: Utterance
-    blocks: list[np.ndarray]
-    end: bool
-    primed: bool = False  # step it before feeding `blocks`
-
-
 class Scheduler:
-    """Batches ready utterances through one recognizer on one worker thread."""
+    """Batches ready utterances through one recognizer, one engine step per round."""
 
     def __init__(
         self,
@@ -166,12 +150,10 @@ class Scheduler:
 
         session = await asyncio.get_running_loop().run_in_executor(self._executor, make)
         block = max(1, round(session.block_s * config.sample_rate))
-        chunks_s = CHUNKS_PER_JOB * self.recognizer.chunk_s
-        per_job = max(1, math.ceil(chunks_s / session.block_s - 1e-6))
-        return Utterance(session, config, deliver, fail, block, per_job)
+        return Utterance(session, config, deliver, fail, block)
 
     def add_audio(self, utterance: Utterance, samples: np.ndarray) -> None:
-        """Queue mono float32 samples; whole feed blocks become ready for the next step."""
+        """Queue mono float32 samples; feed whole blocks until a step is due."""
         if utterance.ending or utterance.discarded or len(samples) == 0:
             return
         joined = np.concatenate([utterance.pending, samples]) if len(utterance.pending) else samples
@@ -181,30 +163,40 @@ class Scheduler:
             utterance.blocks.append(joined[start : start + size])
         utterance.pending = joined[whole:]
         utterance.queued_samples += len(samples)
-        self._feed_inline(utterance)
-        if utterance.blocks or utterance.step_due:
+        if utterance.blocks:
             utterance.drained.clear()
+        if not utterance.in_round and utterance not in self._ready and self._prepare(utterance):
             self._mark_ready(utterance)
 
-    def _feed_inline(self, utterance: Utterance) -> None:
-        """On the event loop: feed queued blocks until the stream has a chunk ready.
+    def _prepare(self, utterance: Utterance) -> bool:
+        """On the event loop: feed blocks (then the tail padding, once the input ended) until
+        a step may be due; True when one is. Feeding the next block only once the stream has
+        nothing ready is `streamasr file`'s order, so the events are its events.
 
-        Only while no job holds the session nor has a step of it due, and
-        only where the stream can say when it is ready (and no VAD model runs on each block).
+        Where a stream cannot say it is ready, True means "try": the round's engine call
+        tells whether it stepped.
         """
         session = utterance.session
         ready = getattr(session.stream, "ready", None)
-        busy = utterance.in_job or utterance.step_due
-        if ready is None or busy or self.options.vad.uses_front_end:
-            return
-        while utterance.blocks:
-            block = utterance.blocks.popleft()
-            utterance.queued_samples -= len(block)
-            session.accept(block)
-            self.metrics.audio_s.inc(len(block) / utterance.config.sample_rate)
-            if ready():
-                utterance.step_due = True
-                return
+        while True:
+            if utterance.check:
+                if ready is None or ready():
+                    return True
+                utterance.check = False
+            if utterance.blocks:
+                block = utterance.blocks.popleft()
+                utterance.queued_samples -= len(block)
+                session.accept(block)
+                self.metrics.audio_s.inc(len(block) / utterance.config.sample_rate)
+                utterance.check = True
+                if not utterance.blocks:
+                    utterance.drained.set()
+                continue
+            if utterance.ending and not utterance.padded:
+                utterance.padded = True
+                utterance.check = session.end_input()
+                continue
+            return False
 
     def end(self, utterance: Utterance) -> asyncio.Future[None]:
         """End of input: the rest is fed, the tail padded; the future ends after the summary."""
@@ -216,8 +208,9 @@ class Scheduler:
             if len(utterance.pending):
                 utterance.blocks.append(utterance.pending)
                 utterance.pending = np.zeros(0, np.float32)
-            self._mark_ready(utterance)
-            self._ready.move_to_end(utterance, last=False)  # an end goes first, unbatched
+            if not utterance.in_round:
+                self._mark_ready(utterance)
+                self._ready.move_to_end(utterance, last=False)  # an end goes first, unbatched
         return utterance.done
 
     def discard(self, utterance: Utterance) -> None:
@@ -244,104 +237,55 @@ class Scheduler:
             ):
                 await asyncio.sleep(self.max_wait_s)
             while self._ready:
-                work = self._take_batch()
-                if not work:
+                batch = self._take_round()
+                if not batch:
                     continue
-                self.metrics.batch_size.observe(len(work))
+                self.metrics.batch_size.observe(len(batch))
                 try:
-                    await self._step(work)
+                    await self._step(batch)
                 except Exception as exc:  # an engine failure ends the streams it stepped
                     log.exception("engine step failed")
-                    for item in work:
-                        if not item.utterance.discarded:
-                            item.utterance.fail(f"engine step failed: {exc}")
-                    continue
+                    for utterance in batch:
+                        utterance.in_round = False
+                        if not utterance.discarded:
+                            utterance.fail(f"engine step failed: {exc}")
 
-    def _take_batch(self) -> list[_Work]:
-        work: list[_Work] = []
-        again: list[Utterance] = []
-        while self._ready and len(work) < self.max_batch:
+    def _take_round(self) -> list[Utterance]:
+        """Up to max_batch utterances with a step due, in queue order (ends first); those
+        with nothing due leave the queue, an ended one with its last final."""
+        batch: list[Utterance] = []
+        while self._ready and len(batch) < self.max_batch:
             utterance, _ = self._ready.popitem(last=False)
             if utterance.discarded or utterance.ended:
                 continue
-            if not (utterance.blocks or utterance.step_due or utterance.ending):
-                continue  # fed on the event loop meanwhile; nothing for the worker
-            count = min(len(utterance.blocks), utterance.job_blocks)
-            blocks = [utterance.blocks.popleft() for _ in range(count)]
-            utterance.queued_samples -= sum(len(block) for block in blocks)
-            end = utterance.ending and not utterance.blocks
-            if utterance.blocks:
-                again.append(utterance)  # the rest in a later job, after the others
-            else:
-                utterance.drained.set()
-            if end:
-                utterance.ended = True
-            work.append(_Work(utterance, blocks, end, utterance.step_due))
-            utterance.step_due = False
-            utterance.in_job = True
-        # Only now back in the queue: an utterance taken twice into one job would have its
-        # stream stepped twice in one batched step, which the engine does not survive.
-        for utterance in again:
-            self._ready[utterance] = None
-        return work
+            if self._prepare(utterance):
+                utterance.in_round = True
+                batch.append(utterance)
+            elif utterance.padded:
+                self._close(utterance)
+        return batch
 
-    async def _step(self, work: list[_Work]) -> None:
-        """One job: the batched step of every primed utterance, then block by block the
-        queued blocks taken (one chunk's worth at most), each followed by a batched step,
-        then the ends: tail padding, steps until nothing is ready, the last final. The order
-        of feeding and stepping per utterance is `streamasr file`'s, so are the events.
-
-        An utterance's lines go out as soon as nothing more of this job is its: most have
-        no queued blocks and go right after the first step.
-        """
-        await self._step_sessions([item.utterance for item in work if item.primed])
-        self._dispatch([item for item in work if not (item.blocks or item.end)])
-        later = [item for item in work if item.blocks or item.end]
-        for index in range(max((len(item.blocks) for item in later), default=0)):
-            stepping = [item for item in later if index < len(item.blocks)]
-            for item in stepping:
-                self._accept(item.utterance, item.blocks[index])
-            await self._step_sessions([item.utterance for item in stepping])
-        ending = [item.utterance for item in later if item.end]
-        await self._step_sessions([u for u in ending if u.session.end_input()])
-        for utterance in ending:
-            self._render(utterance, utterance.session.close())
-            utterance.renderer.end(utterance.session.summary())
-        self._dispatch(later)
-
-    def _accept(self, utterance: Utterance, block: np.ndarray) -> None:
-        utterance.session.accept(block)
-        self.metrics.audio_s.inc(len(block) / utterance.config.sample_rate)
-
-    async def _step_sessions(self, utterances: list[Utterance]) -> None:
-        """Step until no stream has a chunk ready; only the engine call leaves the loop.
-
-        Everything in Python (reading hypotheses, endpoints, events, JSON) runs here on the
-        event loop and the worker thread only runs the engine, which lets go of the GIL:
-        the two threads then never wait for each other's Python (on busy cores such a wait
-        is a whole switch interval, and it was what kept finals late under load).
-        """
+    async def _step(self, batch: list[Utterance]) -> None:
+        """One round: one batched engine step on the worker thread; on the event loop, what
+        each step changed; each goes back to the queue (an ending one to its front), where
+        the next round feeds it on or lets it go."""
         loop = asyncio.get_running_loop()
-        sessions = [utterance.session for utterance in utterances]
-        while sessions:
-            streams = [session.stream for session in sessions]
-            known = [getattr(stream, "ready", None) for stream in streams]
-            if all(ready is not None for ready in known) and not any(
-                ready() for ready in known  # type: ignore[misc]
-            ):
-                return  # nothing to step: no trip to the worker thread
-            stepped, elapsed = await loop.run_in_executor(
-                self._executor, self._decode, streams
-            )
-            count = sum(stepped)
-            if not count:
-                return
-            self.metrics.compute_s.inc(elapsed)
-            share = elapsed / count
-            for utterance, did_step in zip(utterances, stepped, strict=True):
-                if did_step:
-                    utterance.session.add_compute(share)
-                    self._render(utterance, utterance.session.after_step())
+        streams = [utterance.session.stream for utterance in batch]
+        stepped, elapsed = await loop.run_in_executor(self._executor, self._decode, streams)
+        self.metrics.compute_s.inc(elapsed)
+        share = elapsed / max(1, sum(stepped))
+        for utterance, did_step in zip(batch, stepped, strict=True):
+            utterance.in_round = False
+            utterance.check = did_step
+            if utterance.discarded:
+                continue
+            if did_step:
+                utterance.session.add_compute(share)
+                self._render(utterance, utterance.session.after_step())
+                self._send(utterance)
+            self._ready[utterance] = None
+            if utterance.ending:
+                self._ready.move_to_end(utterance, last=False)
 
     def _decode(self, streams: list[Any]) -> tuple[list[bool], float]:
         """On the worker thread: one batched step; which streams stepped, and its time."""
@@ -349,32 +293,28 @@ class Scheduler:
         stepped = self.recognizer.decode_batch(streams)
         return stepped, self.clock() - started
 
+    def _close(self, utterance: Utterance) -> None:
+        """Nothing more to step after the end: the last final, the summary, done."""
+        utterance.ended = True
+        session = utterance.session
+        self._render(utterance, session.close())
+        utterance.renderer.end(session.summary())
+        self._send(utterance)
+        self.metrics.utterances.inc()
+        if utterance.done is not None and not utterance.done.done():
+            utterance.done.set_result(None)
+
     def _render(self, utterance: Utterance, events: list[Event]) -> None:
         for event in events:
             if isinstance(event, FirstToken):
                 self.metrics.first_token_event(event.to_dict())
             utterance.renderer.event(event)
 
-    def _dispatch(self, work: list[_Work]) -> None:
-        """On the event loop: hand each utterance's new lines to its connection."""
-        for item in work:
-            utterance = item.utterance
-            utterance.in_job = False
-            lines = utterance.lines.take()
-            if utterance.discarded:
-                continue
-            if lines:
-                utterance.deliver(lines)
-            if item.end:
-                self.metrics.utterances.inc()
-                if utterance.done is not None and not utterance.done.done():
-                    utterance.done.set_result(None)
-            elif not utterance.ending and utterance in self._ready:
-                # blocks that came during the step: feed them here if they hold no step
-                self._feed_inline(utterance)
-                if not (utterance.blocks or utterance.step_due):
-                    self._ready.pop(utterance, None)
-                    utterance.drained.set()
+    def _send(self, utterance: Utterance) -> None:
+        """Hand the utterance's new lines to its connection."""
+        lines = utterance.lines.take()
+        if lines and not utterance.discarded:
+            utterance.deliver(lines)
 
     def close(self) -> None:
         """Wait for a step in flight, then stop the worker thread."""
