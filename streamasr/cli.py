@@ -158,8 +158,10 @@ def run(args: list[str] | None = None) -> int:
     """
     from streamasr import interrupts
     from streamasr.commands.common import report_error, silence_stdout
+    from streamasr.commands.memory import return_large_blocks
     from streamasr.errors import OutputError, StreamAsrError
 
+    return_large_blocks()  # before any model load: its freed blocks leave the process
     interrupts.install(report_error)
     _guard_stdout()
     from streamasr.cluster.address import expand_bare_ray
