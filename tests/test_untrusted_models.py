@@ -3,9 +3,10 @@
 Each attack is a real file: a copy of the bundled tiny NeMo model (or a sherpa-onnx folder)
 with one thing changed, run through the CLI in a fresh process. Every case must end with
 the expected exit code, one line on stderr naming the problem and the fix, nothing on
-stdout, and no marker file where the attack would have written one. The runs that get as far
-as loading a checkpoint fork from a process that imported NeMo once (`warm_nemo`,
-tests/warm_nemo.py); the refusals before that keep a fresh process each.
+stdout, and no marker file where the attack would have written one. Each run is its own
+process, forked from one that imported torch and NeMo once (`warm_nemo`, tests/warm_nemo.py):
+a run that loads a checkpoint no longer pays NeMo's import. That a refused file never imports
+torch is shown by the one test that starts a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
+from warm_nemo import WarmNemo
 
 from streamasr.backends.nemo import archive as nemo_archive
 from streamasr.backends.sherpa.onnx_meta import external_data_locations
@@ -36,12 +38,10 @@ WRITE_MANIFEST = "nemo.collections.asr.parts.utils.manifest_utils.write_manifest
 HARMLESS_UNLISTED = "nemo.collections.asr.modules.MaskedPatchAugmentation"
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`python -m streamasr.cli ...` in a fresh process."""
-    return subprocess.run(
-        [sys.executable, "-m", "streamasr.cli", *args], capture_output=True, text=True,
-        cwd=REPO, timeout=600, env={**os.environ, **(env or {})},
-    )
+@pytest.fixture
+def cli(warm_nemo: WarmNemo) -> Callable[..., subprocess.CompletedProcess]:
+    """`streamasr ARGS` in its own process, forked from one that imported NeMo once."""
+    return warm_nemo.cli
 
 
 def assert_refused(result: subprocess.CompletedProcess, *words: str, code: int = 1) -> str:
@@ -105,7 +105,7 @@ def function_target(marker: Path, content: str = "x") -> dict:
 # ----- YAML naming code ---------------------------------------------------------------
 
 
-def test_a_nemo_function_as_target_is_refused_before_it_runs(tmp_path):
+def test_a_nemo_function_as_target_is_refused_before_it_runs(tmp_path, cli):
     marker = tmp_path / "written-by-the-model"
     evil = craft(tmp_path / "evil.nemo", lambda c: c.update(preprocessor=function_target(marker)))
     line = assert_refused(
@@ -117,7 +117,7 @@ def test_a_nemo_function_as_target_is_refused_before_it_runs(tmp_path):
     assert not marker.exists()
 
 
-def test_a_pth_write_into_a_site_folder_is_refused(tmp_path):
+def test_a_pth_write_into_a_site_folder_is_refused(tmp_path, cli):
     site = tmp_path / "site-packages"
     site.mkdir()
     pth = site / "evil.pth"
@@ -135,7 +135,7 @@ def test_a_pth_write_into_a_site_folder_is_refused(tmp_path):
     assert not (tmp_path / "ran").exists()
 
 
-def test_the_top_level_target_is_held_to_the_list_too(tmp_path):
+def test_the_top_level_target_is_held_to_the_list_too(tmp_path, cli):
     marker = tmp_path / "written"
     evil = craft(tmp_path / "top.nemo", lambda c: c.update(target=WRITE_MANIFEST,
                                                             output_path=str(marker)))
@@ -143,7 +143,7 @@ def test_the_top_level_target_is_held_to_the_list_too(tmp_path):
     assert not marker.exists()
 
 
-def test_an_omegaconf_resolver_is_code_too(tmp_path):
+def test_an_omegaconf_resolver_is_code_too(tmp_path, cli):
     evil = craft(tmp_path / "resolver.nemo",
                  lambda c: c["preprocessor"].update(window="${oc.env:HOME}"))
     assert_refused(cli("file", str(CLIP), "--model", str(evil)),
@@ -158,7 +158,7 @@ def test_an_omegaconf_resolver_is_code_too(tmp_path):
     ("/etc/passwd", "names the file '/etc/passwd' outside the archive"),
     ("nemo:missing_tokenizer.model", "which the archive does not hold"),
 ])
-def test_tokenizer_files_must_be_the_archives_own(tmp_path, value, words):
+def test_tokenizer_files_must_be_the_archives_own(tmp_path, value, words, cli):
     evil = craft(tmp_path / "tok.nemo", lambda c: c["tokenizer"].update(model_path=value))
     assert_refused(cli("file", str(CLIP), "--model", str(evil)), "tokenizer.model_path", words)
 
@@ -183,7 +183,7 @@ def original_text() -> str:
     (9, 9, "YAML aliases"),  # 81 aliases: over the alias limit
     (7, 8, "expands to more than"),  # 56 aliases, 8**8 values: under it, caught expanding
 ])
-def test_an_alias_bomb_is_refused_within_seconds(tmp_path, levels, fan, words):
+def test_an_alias_bomb_is_refused_within_seconds(tmp_path, levels, fan, words, cli):
     evil = craft(tmp_path / "bomb.nemo", config_text=original_text() + bomb(levels, fan))
     start = time.monotonic()
     result = cli("file", str(CLIP), "--model", str(evil))
@@ -205,14 +205,14 @@ def test_the_bomb_check_is_fast_and_small(tmp_path, levels, fan):
     assert peak < 64 << 20
 
 
-def test_an_oversized_config_is_refused(tmp_path):
+def test_an_oversized_config_is_refused(tmp_path, cli):
     padding = "# " + "x" * 1000 + "\n"
     text = original_text() + padding * (5 * 1024)
     evil = craft(tmp_path / "big.nemo", config_text=text)
     assert_refused(cli("file", str(CLIP), "--model", str(evil)), "larger than 4 MB")
 
 
-def test_yaml_python_tags_are_refused(tmp_path):
+def test_yaml_python_tags_are_refused(tmp_path, cli):
     marker = tmp_path / "tagged"
     text = original_text() + f"x: !!python/object/apply:os.system ['touch {marker}']\n"
     evil = craft(tmp_path / "tag.nemo", config_text=text)
@@ -231,7 +231,7 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile
 
 
 @pytest.mark.parametrize("kind", ["dotdot", "absolute", "symlink", "hardlink"])
-def test_traversal_and_links_inside_the_nemo_are_refused(tmp_path, kind):
+def test_traversal_and_links_inside_the_nemo_are_refused(tmp_path, kind, cli):
     marker = tmp_path / "escaped"
     depth = "../" * (len(marker.parts) + 4)
     extra = {
@@ -263,7 +263,7 @@ def test_a_compressed_nemo_that_unpacks_to_too_much_is_refused_before_unpacking(
         pass
 
 
-def test_not_a_tar_archive_is_one_line(tmp_path):
+def test_not_a_tar_archive_is_one_line(tmp_path, cli):
     broken = tmp_path / "broken.nemo"
     broken.write_bytes(b"no tar here" * 100)
     assert_refused(cli("file", str(CLIP), "--model", str(broken)), "NeMo could not load",
@@ -283,7 +283,7 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_a_pickle_payload_does_not_run_even_when_the_environment_asks(tmp_path, warm_nemo):
+def test_a_pickle_payload_does_not_run_even_when_the_environment_asks(tmp_path, warm_nemo, cli):
     import torch
 
     marker = tmp_path / "pickle-ran"
@@ -292,7 +292,7 @@ def test_a_pickle_payload_does_not_run_even_when_the_environment_asks(tmp_path, 
     evil = craft(tmp_path / "pickle.nemo", replace={"model_weights.ckpt": buffer.getvalue()})
     env = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     assert_refused(
-        warm_nemo.cli("file", str(CLIP), "--model", str(evil), env=env),
+        cli("file", str(CLIP), "--model", str(evil), env=env),
         "model_weights.ckpt holds pickled objects besides tensors", "posix.system",
     )
     assert not marker.exists()
@@ -307,7 +307,7 @@ def test_a_pickle_payload_does_not_run_even_when_the_environment_asks(tmp_path, 
 
 
 @pytest.mark.parametrize("attack", ["traversal", "function"])
-def test_pull_archive_refuses_a_crafted_nemo_and_installs_nothing(tmp_path, attack):
+def test_pull_archive_refuses_a_crafted_nemo_and_installs_nothing(tmp_path, attack, cli):
     marker = tmp_path / "escaped"
     if attack == "traversal":
         extra = ((_member("../" * (len(marker.parts) + 4) + str(marker).lstrip("/")), b"out"),)
@@ -324,7 +324,7 @@ def test_pull_archive_refuses_a_crafted_nemo_and_installs_nothing(tmp_path, atta
     assert not marker.exists()
 
 
-def test_a_pulled_nemo_naming_an_unlisted_class_is_refused_when_used(tmp_path):
+def test_a_pulled_nemo_naming_an_unlisted_class_is_refused_when_used(tmp_path, cli):
     """A pull runs nothing; the classes a pulled .nemo names are held to the list on load."""
     crafted = craft(tmp_path / "patched.nemo",
                     lambda c: c.update(spec_augment={"_target_": HARMLESS_UNLISTED}))
@@ -347,17 +347,17 @@ def test_the_bundled_models_pass_the_check_untouched(name):
         assert vetted.config["tokenizer"]["dir"] == str(vetted.directory)
 
 
-def test_trust_model_config_lets_a_harmless_unlisted_class_in_with_a_warning(tmp_path, warm_nemo):
+def test_trust_model_config_lets_a_harmless_unlisted_class_in_with_a_warning(tmp_path, cli):
     section = {"_target_": HARMLESS_UNLISTED, "patch_size": 48, "mask_patches": 2,
                "freq_masks": 0, "freq_width": 0}
     crafted = craft(tmp_path / "patched.nemo", lambda c: c.update(spec_augment=section))
     assert_refused(cli("file", str(CLIP), "--model", str(crafted)), HARMLESS_UNLISTED,
                    "--trust-model-config")
-    trusted = warm_nemo.cli("file", str(CLIP), "--model", str(crafted), "--trust-model-config")
+    trusted = cli("file", str(CLIP), "--model", str(crafted), "--trust-model-config")
     assert trusted.returncode == 0, trusted.stderr
     warnings = [line for line in trusted.stderr.splitlines() if HARMLESS_UNLISTED in line]
     assert len(warnings) == 1 and "--trust-model-config" in warnings[0]
-    plain = warm_nemo.cli("file", str(CLIP), "--model", str(STREAMING))
+    plain = cli("file", str(CLIP), "--model", str(STREAMING))
     assert plain.returncode == 0, plain.stderr
     assert trusted.stdout == plain.stdout  # spec augment acts in training only
 
@@ -417,7 +417,7 @@ def sherpa_copy(tmp_path: Path, name: str) -> Path:
     ("tiny-random-bpe", "bpe.vocab"),
     ("tiny-random-ctc", "ctc-epoch-0-avg-1-chunk-16-left-64.onnx"),
 ])
-def test_a_model_file_linked_from_outside_the_folder_is_refused(tmp_path, model, file_name):
+def test_a_model_file_linked_from_outside_the_folder_is_refused(tmp_path, model, file_name, cli):
     folder = sherpa_copy(tmp_path, model)
     outside = tmp_path / "elsewhere"
     outside.mkdir()
@@ -427,7 +427,7 @@ def test_a_model_file_linked_from_outside_the_folder_is_refused(tmp_path, model,
                    f"{file_name} is a link to a file outside the model folder", "copy the file in")
 
 
-def test_a_link_that_stays_inside_the_folder_is_fine(tmp_path):
+def test_a_link_that_stays_inside_the_folder_is_fine(tmp_path, cli):
     folder = sherpa_copy(tmp_path, "tiny-random-ctc")
     (folder / "tokens.txt").rename(folder / "vocab-tokens.txt")
     (folder / "tokens.txt").symlink_to("vocab-tokens.txt")
@@ -461,13 +461,13 @@ def test_onnx_external_data_inside_the_folder_is_allowed(tmp_path):
 
 
 @pytest.mark.parametrize("location", ["../../etc/passwd", "/etc/passwd", "sub/../../x"])
-def test_onnx_external_data_outside_the_folder_is_refused(tmp_path, location):
+def test_onnx_external_data_outside_the_folder_is_refused(tmp_path, location, cli):
     folder = with_external_data(tmp_path, location)
     assert_refused(cli("file", str(CLIP), "--model", str(folder)),
                    f"keeps tensor data in {location!r}, outside the model folder")
 
 
-def test_trust_model_config_is_refused_for_a_sherpa_model():
+def test_trust_model_config_is_refused_for_a_sherpa_model(cli):
     assert_refused(
         cli("file", str(CLIP), "--model", "tiny-random-ctc", "--trust-model-config"),
         "--trust-model-config is for NeMo .nemo files", code=2,
