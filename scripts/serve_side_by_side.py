@@ -12,12 +12,13 @@ copied into this project.
 Starts, on free loopback ports, with the same model files and engine settings (1 thread,
 batches of up to 32 streams, 5 ms wait for a batch):
 
-- `streamasr serve` with its defaults (320 ms feed blocks, 0.66 s tail padding),
-- `streamasr serve --block-ms 100 --tail-padding 0.3` ("streamasr-matched": sherpa-onnx's
+- `streamasr serve` with its defaults (100 ms feed blocks, 0.3 s tail padding: sherpa-onnx's
   server feeds each 100 ms message as it comes and pads 0.3 s),
 - sherpa-onnx's `streaming_server.py`,
+- with `--file-settings`, also `streamasr serve --block-ms 320 --tail-padding 0.66`
+  ("streamasr-file": `streamasr file`'s defaults, one chunk and 0.66 s),
 
-then runs `scripts/serve_load.py --ladder ...` against the three (interleaved, same
+then runs `scripts/serve_load.py --ladder ...` against them (interleaved, same
 clients, same clips; the load average, CPU model and each server's CPU seconds recorded
 per run), stops them and writes serve_load's JSON (plus the commands and the sherpa-onnx
 commit) to `--out` and a short table to stdout. `--model DIR` runs another sherpa-onnx
@@ -121,6 +122,8 @@ def main() -> None:
     parser.add_argument("--duration-s", default="20")
     parser.add_argument("--repeats", default="2")
     parser.add_argument("--overload", action="store_true")
+    parser.add_argument("--file-settings", action="store_true",
+                        help="also a server with streamasr file's feed block and padding")
     parser.add_argument("--out", type=Path, default=Path("serve_side_by_side.json"))
     args = parser.parse_args()
     if args.sherpa_onnx is None:
@@ -129,15 +132,17 @@ def main() -> None:
     files = model_files(model)
     with tempfile.TemporaryDirectory(prefix="sherpa-server-") as tmp:
         commit = extract_sherpa_server(args.sherpa_onnx, args.rev, Path(tmp))
-        ports = {"streamasr": free_port(), "streamasr-matched": free_port(),
-                 "sherpa-onnx": free_port()}
+        names = ["streamasr", *(["streamasr-file"] if args.file_settings else []),
+                 "sherpa-onnx"]
+        ports = {name: free_port() for name in names}
         serve = [sys.executable, "-m", "streamasr", "serve", "--model", str(model), "--chunk", "16",
                  "--threads", str(ENGINE["threads"]), "--max-batch", str(ENGINE["max_batch"]),
                  "--max-wait-ms", str(ENGINE["max_wait_ms"]), "--max-connections", "256"]
         commands = {
             "streamasr": [*serve, "--port", str(ports["streamasr"])],
-            "streamasr-matched": [*serve, "--port", str(ports["streamasr-matched"]),
-                                  "--block-ms", "100", "--tail-padding", "0.3"],
+            "streamasr-file": [*serve, "--port", str(ports["streamasr-file"]),
+                               "--block-ms", "320", "--tail-padding", "0.66"]
+            if args.file_settings else [],
             "sherpa-onnx": [
                 sys.executable, "streaming_server.py", "--port", str(ports["sherpa-onnx"]),
                 "--num-threads", str(ENGINE["threads"]),
@@ -148,6 +153,7 @@ def main() -> None:
                 "--decoder", str(files["decoder"]), "--joiner", str(files["joiner"]),
             ],
         }
+        commands = {name: command for name, command in commands.items() if command}
         processes: dict[str, subprocess.Popen[bytes]] = {}
         try:
             for name, command in commands.items():
