@@ -37,7 +37,9 @@ class WarmNemo:
 
     def cli(self, *args: str, env: dict[str, str] | None = None,
             timeout: int = 600) -> subprocess.CompletedProcess:
-        """`streamasr ARGS` as `python -m streamasr.cli ARGS` would run it."""
+        """`streamasr ARGS` as `python -m streamasr.cli ARGS` would run it. The environment is
+        the test process's when the server started, plus `env` (a later monkeypatch.setenv
+        does not reach the server: pass what a run needs in `env`)."""
         return self._job({"argv": list(args), "env": env or {}, "timeout": timeout})
 
     def python(self, code: str, env: dict[str, str] | None = None,
