@@ -1,7 +1,11 @@
 """`--gpu`, `--backend nemo --device`, `--att-context-size` and `--decoder` on the command line.
 
-Each case runs `python -m streamasr.cli` in a fresh process, as a user would, on the tiny
-cache-aware NeMo model in models/ (real NeMo on CPU torch) or the bundled sherpa-onnx one.
+Each case runs the CLI in a process of its own, as a user would, on the tiny cache-aware NeMo
+model in models/ (real NeMo on CPU torch) or the bundled sherpa-onnx one. The runs that load
+the .nemo are forked from one process that imported torch and NeMo once (`warm_nemo`,
+tests/warm_nemo.py); the rest start a fresh interpreter: they check what happens before torch
+is imported (a hidden torch or nemo, no CUDA found by the driver) or run `--gpu`, which on a
+GPU machine must start CUDA in a process that never forked.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from warm_nemo import WarmNemo
 
 REPO = Path(__file__).resolve().parent.parent
 NEMO_MODEL = "models/tiny-nemo-streaming/tiny-nemo-streaming.nemo"
@@ -47,17 +52,19 @@ def one_error_line(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def cuda_here() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
+@pytest.fixture(scope="module")
+def cuda(warm_nemo: WarmNemo) -> bool:
+    """Whether torch sees a CUDA device, asked in a fork (this process never imports torch)."""
+    done = warm_nemo.python("import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)")
+    assert done.returncode in (0, 3), done.stderr
+    return done.returncode == 0
 
 
 @pytest.mark.parametrize("command", ["file", "mic"])
-def test_gpu_without_cuda_says_which_and_the_fix(command: str) -> None:
+def test_gpu_without_cuda_says_which_and_the_fix(command: str, cuda: bool) -> None:
     args = [WAV] if command == "file" else ["--duration", "1"]
     done = cli(command, *args, "--gpu", "--model", NEMO_MODEL, "-f", "jsonl")
-    if cuda_here():  # a machine with a GPU: --gpu must really load the model there
+    if cuda:  # a machine with a GPU: --gpu must really load the model there
         if command == "file":
             assert done.returncode == 0, done.stderr
             assert '"type": "final"' in done.stdout
@@ -79,9 +86,9 @@ def test_gpu_without_the_extra_installed_says_how_to_install() -> None:
     assert "nemo_toolkit" in line and GPU_EXTRA in line
 
 
-def test_nemo_on_cpu_streams_a_file_and_prints_text() -> None:
-    done = cli("file", WAV, "--backend", "nemo", "--device", "cpu", "--model", NEMO_MODEL,
-               "--att-context-size", "70,1", "-f", "jsonl")
+def test_nemo_on_cpu_streams_a_file_and_prints_text(warm_nemo: WarmNemo) -> None:
+    done = warm_nemo.cli("file", WAV, "--backend", "nemo", "--device", "cpu", "--model",
+                         NEMO_MODEL, "--att-context-size", "70,1", "-f", "jsonl", timeout=300)
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stdout.splitlines()]
     finals = [r for r in records if r["type"] == "final"]
@@ -93,15 +100,16 @@ def test_nemo_on_cpu_streams_a_file_and_prints_text() -> None:
     assert summary["type"] == "summary"
 
 
-def test_ctc_decoder_of_the_hybrid_model_runs() -> None:
-    done = cli("file", WAV, "--model", NEMO_MODEL, "--decoder", "ctc", "-f", "text")
+def test_ctc_decoder_of_the_hybrid_model_runs(warm_nemo: WarmNemo) -> None:
+    done = warm_nemo.cli("file", WAV, "--model", NEMO_MODEL, "--decoder", "ctc", "-f", "text",
+                         timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
 
 
-def test_an_untrained_look_ahead_is_refused_with_the_trained_list() -> None:
-    done = cli("file", WAV, "--backend", "nemo", "--device", "cpu", "--model", NEMO_MODEL,
-               "--att-context-size", "70,2")
+def test_an_untrained_look_ahead_is_refused_with_the_trained_list(warm_nemo: WarmNemo) -> None:
+    done = warm_nemo.cli("file", WAV, "--backend", "nemo", "--device", "cpu", "--model",
+                         NEMO_MODEL, "--att-context-size", "70,2", timeout=300)
     assert done.returncode == 2, done.stderr
     line = one_error_line(done)
     assert "70,2" in line and f"use one of: {TRAINED}" in line
@@ -141,13 +149,13 @@ def test_mic_takes_the_engine_device_as_compute_device() -> None:
 
 
 def test_gpu_without_a_model_runs_the_default_released_model_or_says_how_to_get_it(
-    tmp_path: Path,
+    tmp_path: Path, cuda: bool
 ) -> None:
     """`streamasr file x.wav --gpu` names no model: the NeMo default is NVIDIA's released
     multi-look-ahead model. Without CUDA that is said first; on the CPU, an empty cache
     says how to pull it."""
     env_home = {"STREAMASR_HOME": str(tmp_path / "empty-cache")}
-    if not cuda_here():
+    if not cuda:
         gpu = cli("file", WAV, "--gpu", env=env_home)
         assert gpu.returncode == 1 and "CUDA is not available" in one_error_line(gpu)
     cpu = cli("file", WAV, "--backend", "nemo", "--device", "cpu", env=env_home)
@@ -157,9 +165,9 @@ def test_gpu_without_a_model_runs_the_default_released_model_or_says_how_to_get_
 
 
 
-def test_no_cuda_is_said_before_torch_or_nemo_is_needed() -> None:
+def test_no_cuda_is_said_before_torch_or_nemo_is_needed(cuda: bool) -> None:
     """Without a GPU, --gpu must not first ask for (or import) 2 GB of torch and NeMo."""
-    if cuda_here():
+    if cuda:
         return  # a GPU machine goes on to load the engine; covered above
     hide = "import sys; sys.modules['torch'] = None; sys.modules['nemo'] = None\n"
     done = cli("file", WAV, "--gpu", "--model", NEMO_MODEL, python_prefix=hide)
