@@ -225,3 +225,21 @@ def test_copies_of_one_stop_signal_count_once(monkeypatch: pytest.MonkeyPatch) -
         assert stops == ["shutdown"] and server.stop_signal == signal.SIGTERM
     finally:
         server.scheduler.close()
+
+
+def test_serve_defaults_to_live_settings_unless_given() -> None:
+    import click
+    from click.core import ParameterSource
+
+    from streamasr.commands.options import ModelOptions
+    from streamasr.commands.serve import live_defaults
+
+    with click.Context(click.Command("serve")) as context:
+        live = live_defaults(ModelOptions())
+        assert (live.block_ms, live.tail_padding_s) == (100.0, 0.3)
+        # --tail-padding 0.66 given: kept, though it is file's default
+        context.set_parameter_source("tail_padding_s", ParameterSource.COMMANDLINE)
+        given = live_defaults(ModelOptions())
+        assert (given.block_ms, given.tail_padding_s) == (100.0, 0.66)
+    # set elsewhere (the user's config): kept
+    assert live_defaults(ModelOptions(block_ms=320.0)).block_ms == 320.0
