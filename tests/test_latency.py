@@ -17,6 +17,7 @@ import pytest
 import typer
 from onnx import TensorProto, helper
 from typer.testing import CliRunner
+from warm_nemo import WarmNemo
 
 from streamasr.backends.nemo.budget import nemo_budget
 from streamasr.backends.sherpa.budget import (
@@ -435,6 +436,7 @@ NEMO = Path(__file__).resolve().parent.parent / "models" / "tiny-nemo-streaming"
 
 
 def _latency(*args: str):
+    """`streamasr latency ...` in a fresh interpreter, with the test backend importable."""
     import os
     import subprocess
     import sys
@@ -447,10 +449,19 @@ def _latency(*args: str):
     )
 
 
+def _nemo_latency(warm_nemo: WarmNemo, *args: str):
+    """`streamasr latency ...` on the NeMo model, forked from the process that imported torch
+    and NeMo once (tests/warm_nemo.py) instead of importing them afresh."""
+    return warm_nemo.cli("latency", *args, timeout=600)
+
+
 @pytest.mark.parametrize(("att", "chunk_ms", "lookahead_ms"), [("70,1", 160, 80),
                                                                ("70,13", 1120, 1040)])
-def test_measure_runs_a_nemo_model_at_the_look_ahead_asked_for(att, chunk_ms, lookahead_ms):
-    done = _latency("--model", str(NEMO), "--att-context-size", att, "--measure", "-f", "json")
+def test_measure_runs_a_nemo_model_at_the_look_ahead_asked_for(
+    warm_nemo, att, chunk_ms, lookahead_ms
+):
+    done = _nemo_latency(warm_nemo, "--model", str(NEMO), "--att-context-size", att, "--measure",
+                         "-f", "json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     lines = {line["key"]: line for line in report["lines"]}
@@ -470,8 +481,9 @@ def test_measure_runs_a_nemo_model_at_the_look_ahead_asked_for(att, chunk_ms, lo
     assert lines["decode_ms"]["value"] > 0
 
 
-def test_measure_refuses_a_look_ahead_the_model_was_not_trained_with():
-    done = _latency("--model", str(NEMO), "--att-context-size", "70,3", "--measure")
+def test_measure_refuses_a_look_ahead_the_model_was_not_trained_with(warm_nemo):
+    done = _nemo_latency(warm_nemo, "--model", str(NEMO), "--att-context-size", "70,3",
+                         "--measure")
     assert done.returncode == 2, done.stderr
     assert "70,13, 70,6, 70,1, 70,0" in done.stderr and "Traceback" not in done.stderr
 
