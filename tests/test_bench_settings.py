@@ -4,6 +4,8 @@ A sweep is over sherpa-onnx exports (`--chunk 16,32`) or over the look-aheads a 
 trained with (`--att-context-size 70,1/70,13`); every setting is loaded before any runs, and
 the run record describes what ran from the loaded model's BackendInfo. Worker processes load
 their engines through the registry too, so a backend that lives only in tests works there.
+The runs that load the .nemo are forked from one process that imported torch and NeMo once
+(`warm_nemo`, tests/warm_nemo.py); the others start a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_dataset
+from warm_nemo import WarmNemo
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -34,14 +37,21 @@ def bench(*args: str | Path) -> subprocess.CompletedProcess:
     )
 
 
+def nemo_bench(warm_nemo: WarmNemo, *args: str | Path) -> subprocess.CompletedProcess:
+    """`streamasr bench ...` forked from the process that imported torch and NeMo once."""
+    return warm_nemo.cli("bench", *map(str, args), timeout=600)
+
+
 @pytest.fixture(scope="module")
 def manifest(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_dataset(tmp_path_factory.mktemp("ds"), n=2, seed=5) / "manifest.jsonl"
 
 
-def test_nemo_sweep_over_trained_look_aheads(manifest: Path, tmp_path: Path) -> None:
+def test_nemo_sweep_over_trained_look_aheads(
+    manifest: Path, tmp_path: Path, warm_nemo: WarmNemo
+) -> None:
     out = tmp_path / "out"
-    done = bench(manifest, "--model", NEMO, "--att-context-size", "70,1/70,13",
+    done = nemo_bench(warm_nemo, manifest, "--model", NEMO, "--att-context-size", "70,1/70,13",
                  "--streams", "2", "--out", out)
     assert done.returncode == 0, done.stderr
     doc = json.loads((out / "results.json").read_text())
@@ -67,10 +77,11 @@ def test_nemo_sweep_over_trained_look_aheads(manifest: Path, tmp_path: Path) -> 
 
 
 def test_untrained_look_ahead_stops_the_sweep_before_anything_runs(
-    manifest: Path, tmp_path: Path
+    manifest: Path, tmp_path: Path, warm_nemo: WarmNemo
 ) -> None:
     out = tmp_path / "out"
-    done = bench(manifest, "--model", NEMO, "--att-context-size", "70,1/70,3", "--out", out)
+    done = nemo_bench(warm_nemo, manifest, "--model", NEMO, "--att-context-size", "70,1/70,3",
+                      "--out", out)
     assert done.returncode == 2, done.stderr
     assert "70,3 was not trained" in done.stderr and "70,13, 70,6, 70,1, 70,0" in done.stderr
     assert "Traceback" not in done.stderr
