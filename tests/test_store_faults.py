@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from test_store import ArchiveServer, cache, cache_leftovers, fast, server, tiny_archive
 from test_store_security import streamasr
+from warm_nemo import WarmNemo
 
 from streamasr.distribution import catalog
 from streamasr.distribution.cache import find_cached, installed_models, verify_installed
@@ -263,16 +264,21 @@ def test_a_local_nemo_installs_through_the_cli_and_stays_where_it_was(
     assert streamasr(home, "models", "verify", "mine").returncode == 0
 
 
-def test_a_pulled_nemo_model_runs_by_its_name(server: ArchiveServer, cache: Path) -> None:
+def test_a_pulled_nemo_model_runs_by_its_name(
+    server: ArchiveServer, cache: Path, warm_nemo: WarmNemo
+) -> None:
     """The real tiny NeMo model, pulled under a name of its own, is found by that name and
-    run by the NeMo backend without --backend: the store and the registry agree."""
+    run by the NeMo backend without --backend: the store and the registry agree. The run
+    that loads it is forked from the process that imported torch and NeMo once
+    (tests/warm_nemo.py), with the same cache; the refusal keeps a fresh interpreter."""
     model = Path(__file__).resolve().parent.parent / "models" / "tiny-nemo-streaming"
     data = (model / "tiny-nemo-streaming.nemo").read_bytes()
     url = server.serve("/tiny-nemo-streaming.nemo", data)
     pull("my-nemo", url=url, sha256=hashlib.sha256(data).hexdigest(), **fast())
     clip = Path(__file__).resolve().parent.parent / "models" / "tiny-en" / "test_wavs" / "4.wav"
-    done = streamasr(cache, "file", str(clip), "--model", "my-nemo", "--device", "cpu",
-                     "--att-context-size", "70,1", "--format", "jsonl", timeout=300)
+    done = warm_nemo.cli("file", str(clip), "--model", "my-nemo", "--device", "cpu",
+                         "--att-context-size", "70,1", "--format", "jsonl",
+                         env={"STREAMASR_HOME": str(cache)}, timeout=300)
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stdout.splitlines()]
     finals = [r for r in records if r["type"] == "final"]
