@@ -25,10 +25,22 @@ import numpy as np
 from streamasr import interrupts
 from streamasr.audio import paced
 from streamasr.events import Event, StreamSummary
-from streamasr.stream import StreamSession
 
 #: A block filter: what to feed for one block from the source (an empty array feeds nothing).
 BlockFilter = Callable[[np.ndarray], np.ndarray]
+
+
+class Session(Protocol):
+    """What the driver feeds: a StreamSession, or a session decoded by a `streamasr serve`
+    (streamasr.server.client.RemoteSession, for `mic --server`)."""
+
+    sample_rate: int
+
+    def run(self, blocks: Iterable[np.ndarray]) -> Iterator[Event]: ...
+
+    def finish(self) -> list[Event]: ...
+
+    def summary(self) -> StreamSummary: ...
 
 
 class Sink(Protocol):
@@ -63,7 +75,7 @@ class Collected:
 
 
 def stream_events(
-    session: StreamSession,
+    session: Session,
     blocks: Iterable[np.ndarray],
     *,
     pacing: Pacing | None = None,
@@ -103,7 +115,7 @@ def _fed_blocks(
 
 
 def drive(
-    session: StreamSession,
+    session: Session,
     blocks: Iterable[np.ndarray],
     sink: Sink,
     *,

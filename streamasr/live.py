@@ -21,7 +21,7 @@ import numpy as np
 
 from streamasr import interrupts
 from streamasr.backends.base import Recognizer
-from streamasr.driver import drive
+from streamasr.driver import Session, drive
 from streamasr.errors import OutputError
 from streamasr.events import Event, FirstToken, StreamSummary
 from streamasr.level import LevelMeter, LevelReading, LevelTotals
@@ -183,13 +183,19 @@ class CaptureClock:
         return time.perf_counter() + self._shift
 
 
+#: Opens the session a capture feeds: (sample rate, source name, capture clock) -> session.
+SessionOpener = Callable[[int, str, CaptureClock], Session]
+
+
 def run_capture(
     source: MicSource,
-    recognizer: Recognizer,
+    recognizer: Recognizer | None,
     options: StreamOptions,
     output: SessionOutput,
     writer: AudioWriter | None,
     duration_s: float | None,
+    *,
+    open_session: SessionOpener | None = None,
 ) -> StreamSummary | None:
     """The live loop: capture -> save -> decode -> render, until duration, Ctrl-C or error.
 
@@ -198,7 +204,19 @@ def run_capture(
     audio is saved as it arrives, and the level, the backlog and lost audio are watched.
     Whatever stops it, the last final is flushed, the summary rendered and the files closed
     before the exception (KeyboardInterrupt, DeviceError) propagates.
+
+    `open_session`: where the audio is decoded instead of a local StreamSession of
+    `recognizer` (`mic --server`: a session on a `streamasr serve` connection).
     """
+    if open_session is None:
+        if recognizer is None:
+            raise ValueError("run_capture needs a recognizer or open_session")
+        local = recognizer
+
+        def open_session(rate: int, name: str, clock: CaptureClock) -> Session:
+            live = dataclasses.replace(options, paced=True)  # a microphone is live
+            return StreamSession(local, rate, name, live, clock)
+
     capture = _Capture(source, output, writer, duration_s)
     summary: StreamSummary | None = None
 
@@ -217,11 +235,8 @@ def run_capture(
             first = next(blocks, None)
             if first is not None:
                 clock = CaptureClock(first.arrived_s, len(first.samples) / source.sample_rate)
-                live = dataclasses.replace(options, paced=True)  # a microphone is live
                 name = source.device.describe()
-                capture.session = StreamSession(
-                    recognizer, source.sample_rate, name, live, clock
-                )
+                capture.session = open_session(source.sample_rate, name, clock)
                 output.begin(name)
                 mix = (
                     f"channel {source.channel}"
@@ -263,7 +278,7 @@ class _Capture:
         self.source = source
         self.output = output
         self.writer = writer
-        self.session: StreamSession | None = None
+        self.session: Session | None = None
         self.limit = round(duration_s * source.sample_rate) if duration_s is not None else None
         self.fed = 0
         self.captured = 0

@@ -328,3 +328,81 @@ def test_no_input_device_is_a_clear_message(tmp_path: Path, pulse_server: PulseS
     assert "no audio input device" in probe.stderr and "Traceback" not in probe.stderr
     mic = run(["mic", "--model", MODEL, "--duration", "1"], env)
     assert mic.returncode == 1 and "Plug in a microphone" in mic.stderr
+
+
+def test_mic_over_a_server_prints_what_its_capture_gives_through_file(
+    pulse_server: PulseServer, clip: Path, tmp_path: Path
+) -> None:
+    """`mic --server`: the live loop (capture, saving, the end report) with the decoding done
+    by a real `streamasr serve`; the transcript is what `file` gives for the very capture."""
+    from serve_fixture import serve
+
+    played, rate = sf.read(clip, dtype="float32")
+    duration = round(len(played) / rate + 2.0, 2)
+    saved_path = tmp_path / "remote.wav"
+    with serve() as server:
+        mic = Cli(
+            ["mic", "--device", "pulse", "--server", server.url, "--duration", str(duration),
+             "--save", str(saved_path), "--format", "jsonl"],
+            pulse_server.env,
+        )  # fmt: skip
+        mic.wait_listening()
+        player = pulse_server.play(clip)
+        assert player.wait(timeout=60) == 0
+        code, out = mic.finish()
+    assert code == 0, mic.stderr
+    records = jsonl(out)
+    summary = records[-1]
+    assert summary["type"] == "summary" and summary["text"]
+    finals = [r["text"] for r in records if r["type"] == "final"]
+    assert " ".join(finals) == summary["text"]
+    # the server decoded the captured samples as `file` decodes them here (file's settings
+    # travel with the session: the server's own defaults are the live-caption ones)
+    assert file_text(saved_path) == summary["text"]
+    assert summary["audio_s"] == pytest.approx(duration, abs=1e-3)
+    assert "first token p50" in mic.stderr and "capture:" in mic.stderr
+
+
+def test_mic_server_refusals_are_one_line_before_any_capture(pulse_server: PulseServer) -> None:
+    """No server there: said (exit 1) before the microphone starts; a model option the
+    server owns: a usage error (exit 2)."""
+    unreachable = run(
+        ["mic", "--device", "pulse", "--server", "ws://127.0.0.1:9/ws", "--duration", "1"],
+        pulse_server.env,
+    )
+    assert unreachable.returncode == 1, unreachable.stderr
+    assert "cannot connect to ws://127.0.0.1:9/ws" in unreachable.stderr
+    assert "listening" not in unreachable.stderr and len(unreachable.stderr.splitlines()) == 1
+    owned = run(["mic", "--device", "pulse", "--server", "ws://127.0.0.1:9/ws", "--chunk", "32"],
+                pulse_server.env)  # fmt: skip
+    assert owned.returncode == 2 and "--chunk is the server's setting" in owned.stderr
+
+
+def test_mic_keeps_its_text_when_the_server_goes_away(
+    pulse_server: PulseServer, clip: Path
+) -> None:
+    """The server killed mid-session: the finals already printed stay, the summary of what
+    came is printed, one line says why, exit 1."""
+    from serve_fixture import serve
+
+    with serve() as server:
+        mic = Cli(
+            ["mic", "--device", "pulse", "--server", server.url, "--duration", "60",
+             "--format", "jsonl"],
+            pulse_server.env,
+        )  # fmt: skip
+        mic.wait_listening()
+        player = pulse_server.play(clip)
+        assert player.wait(timeout=60) == 0
+        deadline = time.monotonic() + 30
+        while not any('"final"' in line for line in mic.stdout_lines):
+            assert time.monotonic() < deadline, mic.stderr
+            time.sleep(0.2)
+        server.process.kill()
+        code, out = mic.finish()
+    assert code == 1, mic.stderr
+    records = jsonl(out)
+    finals = [r["text"] for r in records if r["type"] == "final"]
+    assert finals and records[-1]["type"] == "summary"
+    assert records[-1]["text"] == " ".join(finals)
+    assert "the server closed the connection" in mic.stderr

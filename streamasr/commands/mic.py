@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 from typing import IO, Annotated
 
 import typer
@@ -27,10 +28,18 @@ from streamasr.commands.options import (
     check_model_options,
     with_model_options,
 )
+from streamasr.commands.remote import (
+    SEND_BLOCK_S,
+    ServerOpt,
+    check_remote_options,
+    session_settings,
+)
+from streamasr.driver import Session
 from streamasr.errors import DeviceError, OutputError, StreamAsrError, UsageError
 from streamasr.live import (  # noqa: F401 - the loop's names stay importable from here
     CaptureClock,
     Say,
+    SessionOpener,
     SessionOutput,
     Tone,
     first_token_p50_ms,
@@ -45,6 +54,7 @@ from streamasr.mic import (
     select_device,
 )
 from streamasr.render import LiveRenderer, Renderer, escape
+from streamasr.stream import StreamOptions
 
 log = logging.getLogger("streamasr")
 
@@ -173,6 +183,7 @@ def register(app: typer.Typer) -> None:
         log_path: LogOpt = None,
         model_options: ModelOptions,
         max_backlog: BacklogOpt = DEFAULT_MAX_BACKLOG_S,
+        server: ServerOpt = None,
         fmt: FormatOpt = None,
         quiet: QuietOpt = False,
         verbose: VerboseOpt = False,
@@ -184,6 +195,9 @@ def register(app: typer.Typer) -> None:
         Each utterance becomes a final line with its start and end time; no audio is lost.
 
         Ctrl-C stops capture, flushes the last final and prints the summary (exit 130).
+
+        With --server ws://HOST:PORT/ws the audio is decoded by a `streamasr serve` there and
+        printed as here (its model; the feed block, tail padding and endpoint rules given).
         """
         setup_logging(verbose)
         writer: AudioWriter | None = None
@@ -196,11 +210,20 @@ def register(app: typer.Typer) -> None:
                 fmt_name = choose_format(fmt)
                 # the command line first (usage errors, CUDA), then the device, both said in a
                 # second, before the model loads
-                check_model_options(model_options, paced=True)
+                if server is not None:
+                    check_remote_options(model_options)
+                else:
+                    check_model_options(model_options, paced=True)
                 chosen = select_device(list_input_devices(), device)
-                recognizer, options = build(model_options, paced=True)
+                if server is not None:
+                    recognizer, options = None, StreamOptions()
+                    open_session = remote_opener(server, model_options)
+                    block_s = (model_options.block_ms or 0) / 1000 or SEND_BLOCK_S
+                else:
+                    recognizer, options = build(model_options, paced=True)
+                    open_session = None
+                    block_s = options.block_s or recognizer.chunk_s
                 renderer = make_renderer(fmt_name, True, quiet=quiet)
-                block_s = options.block_s or recognizer.chunk_s
                 source = MicSource(chosen, block_s, channel, max_backlog)
                 if save is not None:
                     writer = AudioWriter(save, source.sample_rate)
@@ -208,7 +231,10 @@ def register(app: typer.Typer) -> None:
                     log_file = _open_log(log_path)
             output = terminal_output(renderer, log_file, quiet)
             try:
-                run_capture(source, recognizer, options, output, writer, duration)
+                run_capture(
+                    source, recognizer, options, output, writer, duration,
+                    open_session=open_session,
+                )  # fmt: skip
                 output.raise_log_error()  # a failure while flushing the last events
             except DeviceError as exc:
                 report_error(exc)
@@ -224,6 +250,21 @@ def register(app: typer.Typer) -> None:
                 writer.close()
             if log_file is not None and not log_file.closed:
                 log_file.close()
+
+
+def remote_opener(url: str, model_options: ModelOptions) -> SessionOpener:
+    """Sessions on a `streamasr serve` at `url`, with the session settings `file --server`
+    sends (so what is printed is what a local `mic` prints with the server's model)."""
+    from streamasr.server.client import connect
+
+    model = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None)
+    model.settings = session_settings(model_options)
+    model.open()
+
+    def open_session(rate: int, name: str, clock: CaptureClock) -> Session:
+        return model.session(rate, name, realtime=True)
+
+    return open_session
 
 
 def _open_log(path: str) -> IO[str]:

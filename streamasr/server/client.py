@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -80,6 +81,11 @@ class RemoteModel:
     last_summary: StreamSummary | None = None
     _ws: Any = field(default=None, repr=False)
 
+    def open(self) -> None:
+        """Connect now rather than at the first stream (a wrong URL, a refused token or a
+        full server is then said before any audio is captured)."""
+        self._connection()
+
     def _connection(self) -> Any:
         if self._ws is not None:
             return self._ws
@@ -114,44 +120,15 @@ class RemoteModel:
     ) -> Iterator[Event]:
         """Send mono float32 blocks; yield events as the server sends them, then the last
         final. The summary is kept in `last_summary`."""
-        from websockets.exceptions import ConnectionClosed
+        session = self.session(sample_rate, name, realtime)
+        yield from session.run(blocks)
+        self.last_summary = session.received_summary
 
-        ws = self._connection()
-        config = {"sample_rate": sample_rate, "format": "f32le", "channels": 1,
-                  "source": name or "ws", "realtime": realtime, **self.settings}
-        finals: list[Final] = []
-        try:
-            ws.send(json.dumps(config))
-            for block in blocks:
-                ws.send(np.ascontiguousarray(block, "<f4").tobytes())
-                while (message := _poll(ws)) is not None:
-                    yield from self._take(message, finals)
-            ws.send(json.dumps({"type": "end"}))
-            while True:
-                record = json.loads(ws.recv())
-                if record.get("type") == "summary":
-                    self.last_summary = summary_from_record(record, finals)
-                    return
-                yield from self._take_record(record, finals)
-        except ConnectionClosed as exc:
-            self._ws = None
-            reason = exc.rcvd.reason if exc.rcvd is not None else "no reason given"
-            code = exc.rcvd.code if exc.rcvd is not None else None
-            error = InputError if code in (1003, 1007, 1009) else ServerError
-            raise error(f"the server closed the connection ({code}): {reason}") from None
-
-    def _take(self, message: str | bytes, finals: list[Final]) -> Iterator[Event]:
-        record = json.loads(message)
-        if record.get("type") == "summary":
-            raise ServerError("the server sent a summary before the end of input")
-        yield from self._take_record(record, finals)
-
-    @staticmethod
-    def _take_record(record: dict[str, Any], finals: list[Final]) -> Iterator[Event]:
-        event = event_from_record(record)
-        if isinstance(event, Final):
-            finals.append(event)
-        yield event
+    def session(self, sample_rate: int, name: str = "", realtime: bool = False) -> RemoteSession:
+        """One utterance stream on this connection with a StreamSession's face (`feed`,
+        `finish`, `run`, `summary`), for the one driver (`streamasr.driver.drive`)."""
+        self.last_summary = None
+        return RemoteSession(self, sample_rate, name, realtime)
 
     def transcribe(self, audio: np.ndarray, sample_rate: int, name: str = "") -> StreamSummary:
         """Send a whole array and return the summary (text, finals, timing)."""
@@ -175,6 +152,107 @@ class RemoteModel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RemoteSession:
+    """One utterance stream on a RemoteModel's connection, fed like a local StreamSession.
+
+    Why: `streamasr mic --server` runs the live loop (streamasr.live: saving, level meter,
+    backlog warnings, the flush on Ctrl-C) through the one driver, which feeds a session
+    block by block and finishes it on every exit path; this is that session, decoded by
+    the server. `feed` sends a block and returns the events already sent back; `finish`
+    sends the end and returns the rest, up to the server's summary.
+    """
+
+    def __init__(self, model: RemoteModel, sample_rate: int, name: str, realtime: bool) -> None:
+        self.model = model
+        self.sample_rate = sample_rate
+        self.source_name = name or "ws"
+        self.realtime = realtime
+        self.received_summary: StreamSummary | None = None
+        self._finals: list[Final] = []
+        self._samples = 0
+        self._started = self._finished = False
+
+    def run(self, blocks: Iterable[np.ndarray]) -> Iterator[Event]:
+        """Feed every block, then finish; yields events as they come."""
+        for block in blocks:
+            yield from self.feed(block)
+        yield from self.finish()
+
+    def feed(self, samples: np.ndarray) -> list[Event]:
+        """Send one block; the events the server has sent so far."""
+        with self._closed_as_error():
+            ws = self._open()
+            ws.send(np.ascontiguousarray(samples, "<f4").tobytes())
+            self._samples += len(samples)
+            events: list[Event] = []
+            while (message := _poll(ws)) is not None:
+                record = json.loads(message)
+                if record.get("type") == "summary":
+                    raise ServerError("the server sent a summary before the end of input")
+                events.append(self._take(record))
+            return events
+
+    def finish(self) -> list[Event]:
+        """End the input: the remaining events, up to the summary (nothing if never fed)."""
+        if self._finished or not self._started:
+            return []
+        self._finished = True
+        events: list[Event] = []
+        with self._closed_as_error():
+            ws = self.model._connection()
+            ws.send(json.dumps({"type": "end"}))
+            while True:
+                record = json.loads(ws.recv())
+                if record.get("type") == "summary":
+                    self.received_summary = summary_from_record(record, self._finals)
+                    return events
+                events.append(self._take(record))
+
+    def summary(self) -> StreamSummary:
+        """The server's summary; before it came (the connection failed), what came so far."""
+        if self.received_summary is not None:
+            return self.received_summary
+        return StreamSummary(
+            source=self.source_name,
+            audio_s=self._samples / self.sample_rate,
+            compute_s=0.0,
+            wall_s=0.0,
+            text=" ".join(final.text for final in self._finals),
+            finals=tuple(self._finals),
+        )
+
+    def _open(self) -> Any:
+        ws = self.model._connection()
+        if not self._started:
+            self._started = True
+            config = {"sample_rate": self.sample_rate, "format": "f32le", "channels": 1,
+                      "source": self.source_name, "realtime": self.realtime,
+                      **self.model.settings}  # fmt: skip
+            ws.send(json.dumps(config))
+        return ws
+
+    def _take(self, record: dict[str, Any]) -> Event:
+        event = event_from_record(record)
+        if isinstance(event, Final):
+            self._finals.append(event)
+        return event
+
+    @contextmanager
+    def _closed_as_error(self) -> Iterator[None]:
+        """A closed connection is an error that says the server's code and reason."""
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            yield
+        except ConnectionClosed as exc:
+            self.model._ws = None
+            self._finished = True
+            reason = exc.rcvd.reason if exc.rcvd is not None else "no reason given"
+            code = exc.rcvd.code if exc.rcvd is not None else None
+            error = InputError if code in (1003, 1007, 1009) else ServerError
+            raise error(f"the server closed the connection ({code}): {reason}") from None
 
 
 def _poll(ws: Any) -> str | bytes | None:
