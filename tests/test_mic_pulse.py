@@ -138,6 +138,19 @@ def lines_joined(out: str) -> str:
     return " ".join(line for line in out.splitlines() if line.strip())
 
 
+def played_through(mic: Cli, pulse_server: PulseServer, clip: Path) -> list[dict]:
+    """The clip played into the listening capture; its JSONL records once it ended (exit 0,
+    a summary with text last)."""
+    mic.wait_listening()
+    player = pulse_server.play(clip)
+    assert player.wait(timeout=60) == 0
+    code, out = mic.finish()
+    assert code == 0, mic.stderr
+    records = jsonl(out)
+    assert records[-1]["type"] == "summary" and records[-1]["text"], records[-1:]
+    return records
+
+
 def offset_of(clip: np.ndarray, capture: np.ndarray) -> int:
     """Where the clip starts in the capture (both start with digital silence)."""
     return int(np.flatnonzero(capture)[0] - np.flatnonzero(clip)[0])
@@ -219,14 +232,8 @@ def test_mic_transcript_equals_file_transcript_and_save_reproduces_the_audio(
         ],
         pulse_server.env,
     )
-    mic.wait_listening()
-    player = pulse_server.play(clip)
-    assert player.wait(timeout=60) == 0
-    code, out = mic.finish()
-    assert code == 0, mic.stderr
-    records = jsonl(out)
+    records = played_through(mic, pulse_server, clip)
     summary = records[-1]
-    assert summary["type"] == "summary" and summary["text"]
 
     # --log carries the very events (and timestamps) that went to stdout
     assert jsonl(log_path.read_text()) == records
@@ -346,14 +353,8 @@ def test_mic_over_a_server_prints_what_its_capture_gives_through_file(
              "--save", str(saved_path), "--format", "jsonl"],
             pulse_server.env,
         )  # fmt: skip
-        mic.wait_listening()
-        player = pulse_server.play(clip)
-        assert player.wait(timeout=60) == 0
-        code, out = mic.finish()
-    assert code == 0, mic.stderr
-    records = jsonl(out)
+        records = played_through(mic, pulse_server, clip)
     summary = records[-1]
-    assert summary["type"] == "summary" and summary["text"]
     finals = [r["text"] for r in records if r["type"] == "final"]
     assert " ".join(finals) == summary["text"]
     # the server decoded the captured samples as `file` decodes them here (file's settings
