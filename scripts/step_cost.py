@@ -61,15 +61,18 @@ class TimedEngine:
         from types import SimpleNamespace
 
         t0 = time.thread_time()
-        # freeing the previous read's objects (a fresh str per token, a float per time) is
-        # part of the hand-out's cost too: it happens here, timed, not in the caller
+        # freeing the previous read (sherpa-onnx's C++ result and the fresh Python objects
+        # made from it, one str and one float per token) is part of the hand-out's cost: it
+        # happens here, timed, and so does the allocator's deferred work for those frees
+        # (glibc consolidates freed chunks at the next larger allocation: done here by the
+        # read's own text, not by whatever the caller allocates first)
         self._held = None
         result = self._engine.get_result_all(stream)
         plain = SimpleNamespace(
             text=result.text, tokens=result.tokens, timestamps=result.timestamps,
             start_time=result.start_time,
         )  # fmt: skip
-        self._held = plain
+        self._held = (result, plain)
         self.read_s += time.thread_time() - t0
         return plain
 

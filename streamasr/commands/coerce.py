@@ -39,39 +39,46 @@ def install() -> None:
     if original is None or _plain_class is not None:
         return
 
-    @dataclass(frozen=True)
-    class PlainRuntimeParam(_coercion.RuntimeParam):
-        """A plain value converted here; anything else by Typer's converter (built on the
-        first value that needs it)."""
+    try:  # a Typer whose RuntimeParam changed shape keeps its own converter
+        @dataclass(frozen=True)
+        class PlainRuntimeParam(_coercion.RuntimeParam):
+            """A plain value converted here; anything else by Typer's converter (built on the
+            first value that needs it)."""
 
-        kind: str
-        descriptor: Any
+            kind: str
+            descriptor: Any
 
-        @cached_property
-        def typer_param(self) -> Any:
-            return _coercion.build_runtime_param(self.descriptor)
+            @cached_property
+            def typer_param(self) -> Any:
+                return _coercion.build_runtime_param(self.descriptor)
 
-        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-            converted = convert(self.kind, value)
-            if converted is _MISS:
-                return self.typer_param._coerce_value(value, param=param, ctx=ctx)
-            if self.kind == "path":
-                from typer._param_types import coerce_cli_path
+            def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+                converted = convert(self.kind, value)
+                if converted is _MISS:
+                    return self.typer_param._coerce_value(value, param=param, ctx=ctx)
+                if self.kind == "path":
+                    from typer._param_types import coerce_cli_path
 
-                return coerce_cli_path(
-                    converted, self.parameter_info, path_type=Path, param=param, ctx=ctx
-                )
-            return converted
+                    return coerce_cli_path(
+                        converted, self.parameter_info, path_type=Path, param=param, ctx=ctx
+                    )
+                return converted
+    except (AttributeError, TypeError):
+        return
 
     def get_runtime_param(self: Any) -> Any:
         if self._runtime_param is None:
             descriptor = self.type_descriptor
-            kind = plain_kind(descriptor)
+            try:
+                kind = plain_kind(descriptor)
+                plain = None if kind is None else PlainRuntimeParam(
+                    parameter_info=descriptor.parameter_info,
+                    annotation=descriptor.annotation, kind=kind, descriptor=descriptor,
+                )  # fmt: skip
+            except (AttributeError, TypeError):  # a Typer whose internals moved: its own way
+                plain = None
             self._runtime_param = (
-                _coercion.build_runtime_param(descriptor) if kind is None
-                else PlainRuntimeParam(parameter_info=descriptor.parameter_info,
-                                       annotation=descriptor.annotation, kind=kind,
-                                       descriptor=descriptor)
+                plain if plain is not None else _coercion.build_runtime_param(descriptor)
             )
         return self._runtime_param
 
