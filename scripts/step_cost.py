@@ -16,9 +16,10 @@ slow) of everything after the engine's `decode_stream`, i.e. reading the hypothe
 assembling text, events and JSONL. A flat curve (slope ~0 µs per 100 steps,
 taken between the medians of the first and the last tenth of the steps) means a step costs the
 same at the end of a long utterance as at its start. For streamasr's variants the step is
-split in two: `engine_read`, sherpa-onnx handing out its result (`get_result_all` and the
-conversion of its text, pieces and times into Python objects, and freeing the previous ones: the whole hypothesis every time,
-so it grows with the utterance in any caller), and `own`, everything streamasr does with it.
+split in two: `engine_read`, sherpa-onnx handing out its result (`get_result_all`, the
+conversion of its text, pieces and times into Python objects, and freeing the previous read:
+the whole hypothesis every time, so it grows with the utterance in any caller), and `own`,
+everything streamasr does with it.
 Wall and CPU time ratios against the bare loop are printed side by side, with the machine's
 load average.
 
