@@ -43,9 +43,12 @@ import sherpa_onnx
 import soundfile as sf
 
 tokens, encoder, decoder, joiner, wav = sys.argv[1:6]
+# "per-step": one utterance, no endpoints, the text read after every step (what a live
+# display reads; `file --no-endpoint`); otherwise text at endpoints only
+per_step = sys.argv[6:] == ["per-step"]
 engine = sherpa_onnx.OnlineRecognizer.from_transducer(
     tokens=tokens, encoder=encoder, decoder=decoder, joiner=joiner, num_threads=1,
-    enable_endpoint_detection=True,
+    enable_endpoint_detection=not per_step,
 )
 stream = engine.create_stream()
 texts = []
@@ -55,7 +58,9 @@ with sf.SoundFile(wav) as audio:
         stream.accept_waveform(rate, block)
         while engine.is_ready(stream):
             engine.decode_stream(stream)
-            if engine.is_endpoint(stream):
+            if per_step:
+                engine.get_result(stream)
+            elif engine.is_endpoint(stream):
                 texts.append(engine.get_result(stream))
                 engine.reset(stream)
 stream.accept_waveform(rate, np.zeros(int(0.66 * rate), np.float32))
@@ -128,7 +133,8 @@ def long_wav(seconds: float, scratch: Path) -> Path:
 
 
 def variants(
-    model: str, bare_script: Path, baseline: Path | None, wav: Path, fp32: bool
+    model: str, bare_script: Path, baseline: Path | None, wav: Path, fp32: bool,
+    no_endpoint: bool = False,
 ) -> dict[str, list[str]]:
     from streamasr.backends.sherpa.modeldir import resolve_model
 
@@ -139,10 +145,11 @@ def variants(
         raise SystemExit(f"{model}: the bare script here runs transducers only")
     python = sys.executable
     file_run = [python, "-m", "streamasr", "file", str(wav), "--model", str(model),
-                *(["--fp32"] if fp32 else [])]
+                *(["--fp32"] if fp32 else []), *(["--no-endpoint"] if no_endpoint else [])]
     commands = {
         "bare": [python, str(bare_script), str(files.tokens), str(files.encoder),
-                 str(files.decoder), str(files.joiner), str(wav)],
+                 str(files.decoder), str(files.joiner), str(wav),
+                 *(["per-step"] if no_endpoint else [])],
         "streamasr": file_run,
         "no-cache": ["STREAMASR_GRAPH_CACHE=0", *file_run],
         "help": [python, "-m", "streamasr", "--help"],
@@ -153,9 +160,10 @@ def variants(
 
 
 def measure(
-    model: str, runs: int, bare_script: Path, baseline: Path | None, wav: Path, fp32: bool
+    model: str, runs: int, bare_script: Path, baseline: Path | None, wav: Path, fp32: bool,
+    no_endpoint: bool = False,
 ) -> dict[str, object]:
-    commands = variants(model, bare_script, baseline, wav, fp32)
+    commands = variants(model, bare_script, baseline, wav, fp32, no_endpoint)
     for command in commands.values():  # warm the page cache and any on-disk caches once
         timed(command)
     samples: dict[str, dict[str, list[float]]] = {
@@ -180,6 +188,7 @@ def measure(
         for name in commands if name != "bare"
     }
     return {"model": model, "precision": "fp32" if fp32 else "int8 where present",
+            "endpoints": "none" if no_endpoint else "on",
             "runs": runs, "median": medians, "ratio": ratios}
 
 
@@ -193,6 +202,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float,
                         help="stream this much audio (the bundled clips repeated), not one clip")
     parser.add_argument("--fp32", action="store_true", help="the fp32 files of the export")
+    parser.add_argument("--no-endpoint", action="store_true",
+                        help="one utterance: `file --no-endpoint` against a bare loop that "
+                        "reads the text after every step")
     args = parser.parse_args()
     from streamasr.bench.report import cpu_model
 
@@ -203,7 +215,8 @@ def main() -> None:
         wav = long_wav(args.seconds, Path(scratch)) if args.seconds else WAV
         results = []
         for model in args.model or ["tiny-en"]:
-            results.append(measure(model, args.runs, bare_script, args.baseline, wav, args.fp32))
+            results.append(measure(model, args.runs, bare_script, args.baseline, wav, args.fp32,
+                                   args.no_endpoint))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # as each one ends
     record = {
         "cpu": cpu_model(),
