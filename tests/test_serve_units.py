@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -243,3 +246,19 @@ def test_serve_defaults_to_live_settings_unless_given() -> None:
         assert (given.block_ms, given.tail_padding_s) == (100.0, 0.66)
     # set elsewhere (the user's config): kept
     assert live_defaults(ModelOptions(block_ms=320.0)).block_ms == 320.0
+
+
+def test_serve_help_says_the_servers_own_feed_defaults() -> None:
+    """serve's sessions default to 100 ms blocks and 0.3 s padding; its --help says so, and
+    file's --help keeps file's wording."""
+    env = {**os.environ, "COLUMNS": "200", "TERM": "dumb"}
+    serve_help = subprocess.run(
+        [sys.executable, "-m", "streamasr", "serve", "--help"],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    file_help = subprocess.run(
+        [sys.executable, "-m", "streamasr", "file", "--help"],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    assert "feed block in ms; default 100" in serve_help and "default 0.3" in serve_help
+    assert "default one chunk" in file_help and "default 100" not in file_help

@@ -254,18 +254,23 @@ def engine_values(named: Mapping[str, object], generic: Iterable[str] | None) ->
 
 
 def with_model_options(
-    *, sweep: bool = False, rename: Mapping[str, str] | None = None
+    *,
+    sweep: bool = False,
+    rename: Mapping[str, str] | None = None,
+    help_for: Mapping[str, str] | None = None,
 ) -> Callable[[F], F]:
     """Add the group's options where the command's `model_options` parameter stands.
 
     `sweep`: options a backend marks sweepable take several values (bench).
     `rename`: field -> option name, for a command where the usual name means something else.
+    `help_for`: field -> help text, for a command whose default differs (serve's feed block).
     """
     renamed = dict(rename or {})
     unknown = set(renamed) - set(GROUP_FIELDS)
     if unknown:
         raise ValueError(f"not in the model options group: {sorted(unknown)}")
     specs = list(_SPECS)
+    helps = {spec.field: (help_for or {}).get(spec.field, spec.help) for spec in specs}
 
     def decorate(command: F) -> F:
         signature = inspect.signature(command, eval_str=True)
@@ -281,7 +286,7 @@ def with_model_options(
                     name,
                     inspect.Parameter.KEYWORD_ONLY,
                     default=getattr(_DEFAULTS, spec.field),
-                    annotation=Annotated[spec.type, typer.Option(*decls, help=spec.help)],
+                    annotation=Annotated[spec.type, typer.Option(*decls, help=helps[spec.field])],
                 )
             )
         names = {param.name: spec.field for param, spec in zip(group, specs, strict=True)}

@@ -41,6 +41,13 @@ MAX_WORKERS = 256
 #: unless --block-ms / --tail-padding (or the user's config) say otherwise. A session asks
 #: for its own in its config; `streamasr file --server` asks for `file`'s.
 LIVE_DEFAULTS = {"block_ms": 100.0, "tail_padding_s": 0.3}
+#: --help says the server's defaults, not file's
+SERVE_HELP = {
+    "block_ms": "Sessions' feed block in ms; default 100 (live captions; a session may ask "
+    "for its own, `file --server` asks for file's).",
+    "tail_padding_s": "Seconds of silence appended at the end of a session's input; default "
+    "0.3 (a session may ask for its own).",
+}
 
 
 def live_defaults(options: ModelOptions) -> ModelOptions:
@@ -106,7 +113,7 @@ def register(app: typer.Typer) -> None:
     d = ServerLimits()
 
     @app.command("serve")
-    @with_model_options()
+    @with_model_options(help_for=SERVE_HELP)
     def serve_command(
         model_options: ModelOptions,
         host: Annotated[
