@@ -105,6 +105,3 @@ class Growing(Generic[T]):
         items.extend(new)
         self._items = items
         return Prefix(items)
-
-    def clear(self) -> None:
-        self._items = []

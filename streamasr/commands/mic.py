@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 from typing import IO, Annotated
 
 import typer
@@ -32,7 +31,7 @@ from streamasr.commands.remote import (
     SEND_BLOCK_S,
     ServerOpt,
     check_remote_options,
-    session_settings,
+    remote_model,
 )
 from streamasr.driver import Session
 from streamasr.errors import DeviceError, OutputError, StreamAsrError, UsageError
@@ -218,7 +217,10 @@ def register(app: typer.Typer) -> None:
                 if server is not None:
                     recognizer, options = None, StreamOptions()
                     open_session = remote_opener(server, model_options)
-                    block_s = (model_options.block_ms or 0) / 1000 or SEND_BLOCK_S
+                    # the capture's blocks are the messages sent; the server cuts its own
+                    block_s = (
+                        model_options.block_ms / 1000 if model_options.block_ms else SEND_BLOCK_S
+                    )
                 else:
                     recognizer, options = build(model_options, paced=True)
                     open_session = None
@@ -255,10 +257,7 @@ def register(app: typer.Typer) -> None:
 def remote_opener(url: str, model_options: ModelOptions) -> SessionOpener:
     """Sessions on a `streamasr serve` at `url`, with the session settings `file --server`
     sends (so what is printed is what a local `mic` prints with the server's model)."""
-    from streamasr.server.client import connect
-
-    model = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None)
-    model.settings = session_settings(model_options)
+    model = remote_model(url, model_options)
     model.open()
 
     def open_session(rate: int, name: str, clock: CaptureClock) -> Session:

@@ -13,7 +13,7 @@ one, comes from $STREAMASR_TOKEN.
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -28,6 +28,9 @@ from streamasr.commands.common import (
 )
 from streamasr.commands.options import ModelOptions
 from streamasr.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    from streamasr.server.client import RemoteModel
 
 ServerOpt = Annotated[
     str | None,
@@ -82,6 +85,16 @@ def session_settings(options: ModelOptions) -> dict[str, object]:
     return given
 
 
+def remote_model(url: str, model_options: ModelOptions) -> RemoteModel:
+    """A connection to the `streamasr serve` at `url` (the token from $STREAMASR_TOKEN) whose
+    sessions ask for the settings given here (session_settings)."""
+    from streamasr.server.client import connect
+
+    model = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None)
+    model.settings = session_settings(model_options)
+    return model
+
+
 def file_over_server(
     url: str,
     paths: list[str],
@@ -95,7 +108,7 @@ def file_over_server(
     """The `file` command with --server: every input through the remote model."""
     from streamasr.audio import open_source, paced
     from streamasr.commands.file import raw_input_format
-    from streamasr.server.client import RemoteModel, ServerError, connect
+    from streamasr.server.client import ServerError
 
     with cli_errors():
         check_remote_options(model_options)
@@ -103,8 +116,7 @@ def file_over_server(
         fmt_name = choose_format(fmt)
         check_partials(partials, fmt_name)
         renderer = make_renderer(fmt_name, realtime, partials, quiet, headers=len(paths) > 1)
-        model: RemoteModel = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None)
-        model.settings = session_settings(model_options)
+        model = remote_model(url, model_options)
     failed = 0
     with model:
         for path in paths:

@@ -195,13 +195,14 @@ class RemoteSession:
             return events
 
     def finish(self) -> list[Event]:
-        """End the input: the remaining events, up to the summary (nothing if never fed)."""
-        if self._finished or not self._started:
+        """End the input: the remaining events, up to the summary (an input of no audio
+        still gets its config, end and summary)."""
+        if self._finished:
             return []
         self._finished = True
         events: list[Event] = []
         with self._closed_as_error():
-            ws = self.model._connection()
+            ws = self._open()
             ws.send(json.dumps({"type": "end"}))
             while True:
                 record = json.loads(ws.recv())

@@ -243,9 +243,7 @@ class SherpaStream:
         # appends: each step's Hypothesis holds an O(1) snapshot (streamasr.prefix)
         self._piece_list: Growing[str] = Growing()
         self._time_list: Growing[float] = Growing()
-        self._last_pieces: Prefix[str] = self._piece_list.snapshot()
-        self._last_times: Prefix[float] = self._time_list.snapshot()
-        self._last_start = float("nan")  # segment start of _last_times
+        self._last_start = float("nan")  # segment start of the times in _time_list
         self._segment = 0
         self._reported_segment = -1
         self.dropped_bytes = 0  # bytes dropped at finals because they formed no character
@@ -280,7 +278,7 @@ class SherpaStream:
         """
         result = self.engine.get_result_all(self.stream)
         start = float(result.start_time)
-        previous, previous_times = self._last_pieces, self._last_times
+        previous, previous_times = self._piece_list.snapshot(), self._time_list.snapshot()
         pieces = self._pieces(result)
         if self._from_pieces:
             text = self._assembled(pieces).text
@@ -306,11 +304,10 @@ class SherpaStream:
         converted and appended: the cost of a step follows what it added, not the utterance."""
         keep = 0
         if self._append_only and start == self._last_start:
-            keep = min(unchanged, len(self._last_times), count)
+            keep = min(unchanged, len(self._time_list), count)
         self._last_start = start
         tail = np.round(np.add(raw[keep:count], start), 3).tolist()
-        self._last_times = self._time_list.replace(keep, tail)
-        return self._last_times
+        return self._time_list.replace(keep, tail)
 
     def _pieces(self, result: Any) -> Prefix[str]:
         """The token pieces; a build that hands out half characters keeps the last good ones.
@@ -323,15 +320,13 @@ class SherpaStream:
             raw = result.tokens
         except UnicodeDecodeError:
             log.debug("engine returned tokens that are not UTF-8; keeping the previous ones")
-            return self._last_pieces
-        last = self._last_pieces
+            return self._piece_list.snapshot()
+        last = self._piece_list.snapshot()
         size = len(last)
         tail = max(0, size - APPEND_CHECK)
         if self._append_only and len(raw) >= size and tuple(raw[tail:size]) == last[tail:]:
-            self._last_pieces = self._piece_list.extend(raw[size:])
-        else:
-            self._last_pieces = self._piece_list.replace(0, raw)
-        return self._last_pieces
+            return self._piece_list.extend(raw[size:])
+        return self._piece_list.replace(0, raw)
 
     def _assembled(self, pieces: Sequence[str]) -> AssembledText:
         """Whole characters; once no more audio can come, an incomplete tail is dropped."""
@@ -360,8 +355,6 @@ class SherpaStream:
         self.engine.reset(self.stream)
         self._piece_list = Growing()
         self._time_list = Growing()
-        self._last_pieces = self._piece_list.snapshot()
-        self._last_times = self._time_list.snapshot()
         self._piece_text.reset()
         self._spaced_text.reset()
         self._segment += 1
