@@ -214,6 +214,21 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(pid: int | None) -> dict[int, float]:
+    """CPU seconds per thread id (from /proc): where a server's CPU goes, its engine thread
+    or its event loop (Python does not name its threads for the system)."""
+    found: dict[int, float] = {}
+    if pid is None:
+        return found
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        found[int(task.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
+
+
 def clip_samples() -> list[tuple[str, Any]]:
     return [(path.name, sf.read(path, dtype="float32")[0]) for path in CLIPS]
 
@@ -315,11 +330,13 @@ async def paced_run(target: Target, clients: int, duration_s: float,
 
     load_before = os.getloadavg()[0]
     cpu_before = cpu_seconds(target.pid)
+    threads_before = thread_cpu_seconds(target.pid)
     started = time.perf_counter()
     end = started + duration_s
     await asyncio.gather(*(one(index) for index in range(clients)))
     wall = time.perf_counter() - started
     cpu_after = cpu_seconds(target.pid)
+    threads_after = thread_cpu_seconds(target.pid)
     firsts = [row["first_token_s"] for row in rows if row["first_token_s"] is not None]
     finals = [row["final_s"] for row in rows if row["final"]]
     audio_s = sum(len(samples) / 16000 for row in rows for name, samples in clips
@@ -335,6 +352,10 @@ async def paced_run(target: Target, clients: int, duration_s: float,
         "client_lag_max_s": percentile([row["lag_s"] for row in rows], 1.0),
         "server_cpu_per_audio_s": round((cpu_after - cpu_before) / audio_s, 4)
         if cpu_before is not None and cpu_after is not None and audio_s else None,
+        # per thread, busiest first (for both servers: the engine thread, the event loop)
+        "server_cpu_per_audio_s_threads": sorted(
+            (round((seconds - threads_before.get(tid, 0.0)) / audio_s, 4)
+             for tid, seconds in threads_after.items() if audio_s), reverse=True)[:4],
         "wall_s": round(wall, 1),
         "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "why": sorted({row["why"] for row in rows if "why" in row})[:3],

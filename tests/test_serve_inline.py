@@ -97,3 +97,53 @@ def test_audio_sent_all_at_once_is_decoded_as_file_decodes_it(
     assert expected[-1]["type"] == "summary" and expected[-1]["text"]
     assert comparable(first) == comparable(expected)
     assert second[-1]["type"] == "summary" and second[-1]["text"]
+
+
+def audio_seconds(server: ServerProcess) -> float:
+    """Seconds of audio the server has fed to its engine (all sessions)."""
+    metrics = http_get(server.http + "/metrics")[1]
+    match = re.search(r"^streamasr_audio_seconds_total (\S+)$", metrics, re.MULTILINE)
+    assert match, "streamasr_audio_seconds_total missing from /metrics"
+    return float(match.group(1))
+
+
+async def fed_before_end(server: ServerProcess, path: str, reaches: float, **config: object
+                         ) -> tuple[float, list[dict]]:
+    """Send a clip in 100 ms messages without the end message; once the engine has been fed
+    `reaches` seconds of it (or 30 s passed), how much it was fed; then end, and the events."""
+    data, rate = pcm(path)
+    before = audio_seconds(server)
+    async with connect(server.url) as ws:
+        await ws.send(json.dumps({"sample_rate": rate, "source": path, **config}))
+        for start in range(0, len(data), FRAME_BYTES):
+            await ws.send(data[start : start + FRAME_BYTES])
+        fed = 0.0
+        for _ in range(300):
+            fed = audio_seconds(server) - before
+            if fed >= reaches - 1e-6:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # anything more that would come
+        fed = audio_seconds(server) - before
+        await ws.send(json.dumps({"type": "end"}))
+        return fed, await read_until_summary(ws)
+
+
+def test_a_live_clients_last_short_message_is_fed_when_it_comes(server: ServerProcess) -> None:
+    """By default each message is a feed block as it comes: a live client's last message,
+    shorter than 100 ms, is in the engine before its end message (decoded then if it completes
+    a chunk), where fixed 100 ms blocks kept it for the end; the events are the same."""
+    path = clip(0)
+    data, rate = pcm(path)
+    short = len(data) % FRAME_BYTES // 2  # samples in the last message
+    assert short, "the clip must end with a message shorter than 100 ms"
+    whole_s, blocks_s = len(data) / 2 / rate, (len(data) // 2 - short) / rate
+    reference = comparable(file_events(path, options=LIVE)[path])
+
+    fed, events = asyncio.run(fed_before_end(server, path, whole_s))
+    assert abs(fed - whole_s) < 1e-6, (fed, whole_s)
+    assert comparable(events) == reference
+
+    fed, events = asyncio.run(fed_before_end(server, path, blocks_s, block_ms=100))
+    assert abs(fed - blocks_s) < 1e-6, (fed, blocks_s)  # the short rest waited for the end
+    assert comparable(events) == reference

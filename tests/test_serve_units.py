@@ -55,6 +55,10 @@ def test_session_feed_block_and_tail_padding() -> None:
     assert chunk.stream_options(base) == StreamOptions(block_s=None, tail_padding_s=0.0)
     own = parse_config(json.dumps({"sample_rate": 16000, "block_ms": 250}), SERVER_RULES, 500)
     assert own.stream_options(base) == StreamOptions(block_s=0.25, tail_padding_s=0.3)
+    # a block per message: cut at the server's feed block, so its options are the server's
+    per_message = parse_config(json.dumps({"sample_rate": 16000, "block_ms": "message"}),
+                               SERVER_RULES)
+    assert per_message.block_ms == "message" and per_message.stream_options(base) == base
     with pytest.raises(ProtocolError, match="from 10 to 500 ms"):  # the server's queue limit
         parse_config(json.dumps({"sample_rate": 16000, "block_ms": 501}), SERVER_RULES, 500)
 
@@ -249,8 +253,8 @@ def test_serve_defaults_to_live_settings_unless_given() -> None:
 
 
 def test_serve_help_says_the_servers_own_feed_defaults() -> None:
-    """serve's sessions default to 100 ms blocks and 0.3 s padding; its --help says so, and
-    file's --help keeps file's wording."""
+    """serve's sessions default to a block per message (cut at 100 ms) and 0.3 s padding;
+    its --help says so, and file's --help keeps file's wording."""
     env = {**os.environ, "COLUMNS": "200", "TERM": "dumb"}
     serve_help = subprocess.run(
         [sys.executable, "-m", "streamasr", "serve", "--help"],
@@ -260,5 +264,6 @@ def test_serve_help_says_the_servers_own_feed_defaults() -> None:
         [sys.executable, "-m", "streamasr", "file", "--help"],
         capture_output=True, text=True, env=env, timeout=120, check=True,
     ).stdout  # fmt: skip
-    assert "feed block in ms; default 100" in serve_help and "default 0.3" in serve_help
+    assert "default: each message as it comes, cut at 100 ms" in " ".join(serve_help.split())
+    assert "default 0.3" in serve_help
     assert "default one chunk" in file_help and "default 100" not in file_help

@@ -158,9 +158,16 @@ class Recognizer(Protocol):
 
     def create_stream(self) -> RecognizerStream: ...
 
-    def decode_batch(self, streams: Sequence[RecognizerStream]) -> list[bool]:
+    def decode_batch(
+        self, streams: Sequence[RecognizerStream], *, checked: bool = False
+    ) -> list[bool]:
         """One encoder step over every given stream that has a chunk ready, batched where the
-        engine can; returns which streams stepped. Same results as stepping each alone."""
+        engine can; returns which streams stepped. Same results as stepping each alone.
+
+        `checked`: the caller has just seen each stream's `ready()` true and fed nothing since,
+        so the engine need not ask again (the server's engine thread: sherpa-onnx lets go of
+        the GIL in every question, and on a busy server each one waits to get it back).
+        An engine may ignore it."""
         ...
 
 

@@ -395,7 +395,10 @@ class GuardedRecognizer:
             raise _failure(self.backend, "create_stream", exc) from None
         return GuardedStream(self.backend, stream)
 
-    def decode_batch(self, streams: Sequence[RecognizerStream]) -> list[bool]:
+    def decode_batch(
+        self, streams: Sequence[RecognizerStream], *, checked: bool = False
+    ) -> list[bool]:
+        """The plugin's batch step; `checked` is not passed on (a plugin asks its own)."""
         guarded = [s for s in streams if isinstance(s, GuardedStream)]
         live = [s for s in guarded if not s.failed]
         if len(guarded) != len(streams):  # not ours: pass them through unguarded

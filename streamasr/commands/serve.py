@@ -37,14 +37,16 @@ def check_server_packages() -> None:
 
 MAX_WORKERS = 256
 #: A server's sessions default to live-caption settings (what sherpa-onnx's server does):
-#: 100 ms feed blocks (fed as a microphone's messages come) and 0.3 s of tail padding,
-#: unless --block-ms / --tail-padding (or the user's config) say otherwise. A session asks
-#: for its own in its config; `streamasr file --server` asks for `file`'s.
+#: each audio message fed as it comes (cut into feed blocks of at most 100 ms) and 0.3 s of
+#: tail padding, unless --block-ms / --tail-padding (or the user's config) say otherwise
+#: (--block-ms: fixed blocks of that size). A session asks for its own in its config;
+#: `streamasr file --server` asks for `file`'s.
 LIVE_DEFAULTS = {"block_ms": 100.0, "tail_padding_s": 0.3}
 #: --help says the server's defaults, not file's
 SERVE_HELP = {
-    "block_ms": "Sessions' feed block in ms; default 100 (live captions; a session may ask "
-    "for its own, `file --server` asks for file's).",
+    "block_ms": "Sessions' feed block in ms; default: each message as it comes, cut at 100 ms "
+    "(live captions). Given: fixed blocks of that size. A session may ask for its own; "
+    "`file --server` asks for file's.",
     "tail_padding_s": "Seconds of silence appended at the end of a session's input; default "
     "0.3 (a session may ask for its own).",
 }
@@ -74,6 +76,7 @@ def serve_workers(
     limits: ServerLimits,
     security: Security,
     ready: Callable[[list[tuple[str, int]]], None],
+    per_message: bool,
 ) -> int | None:
     """--workers N: check the options here, then N processes load the model and serve."""
     from streamasr.backends.registry import choose_backend
@@ -97,7 +100,7 @@ def serve_workers(
 
     def serve_in_worker(sock: socket.socket, worker_ready: Callable[[], None]) -> int | None:
         recognizer, options = build(model_options, paced=False)
-        server = StreamServer(recognizer, options, share, security)
+        server = StreamServer(recognizer, options, share, security, per_message=per_message)
         return run_server(server, None, None, lambda _: worker_ready(), sock)
 
     try:
@@ -194,10 +197,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the model over WebSocket: many clients, one engine, batched steps.
 
-        Sessions default to 100 ms feed blocks and 0.3 s of tail padding (live captions):
-        --block-ms and --tail-padding change that, and each session may ask for its own.
+        Sessions default to live captions: each audio message fed as it comes (cut at
+        100 ms) and 0.3 s of tail padding. --block-ms (fixed blocks) and --tail-padding
+        change that, and each session may ask for its own.
         """
         setup_logging(verbose)
+        # no feed block given anywhere: feed each message as it comes
+        per_message = model_options.block_ms is None
         model_options = live_defaults(model_options)
         from streamasr.server.limits import (
             Security,
@@ -258,11 +264,14 @@ def register(app: typer.Typer) -> None:
                     from streamasr.server.app import StreamServer, run_server
 
                     recognizer, options = build(model_options, paced=False)
-                    server = StreamServer(recognizer, options, limits, security)
+                    server = StreamServer(
+                        recognizer, options, limits, security, per_message=per_message
+                    )
                     stopped_by = run_server(server, host, port, ready)
                 else:
                     stopped_by = serve_workers(
-                        workers, host, port, model_options, limits, security, ready
+                        workers, host, port, model_options, limits, security, ready,
+                        per_message,
                     )
             except OSError as exc:
                 raise StreamAsrError(

@@ -268,14 +268,18 @@ class StreamServer:
         limits: ServerLimits,
         security: Security,
         metrics: Metrics | None = None,
+        per_message: bool = False,
     ) -> None:
+        """`per_message`: sessions that do not say their own feed block are fed each audio
+        message as it comes (cut at `options.block_s`), not in fixed blocks."""
         self.recognizer = recognizer
         self.options = options
         self.limits = limits
         self.security = security
         self.metrics = metrics or Metrics()
         self.scheduler = Scheduler(
-            recognizer, options, self.metrics, limits.max_batch, limits.max_wait_ms / 1000
+            recognizer, options, self.metrics, limits.max_batch, limits.max_wait_ms / 1000,
+            per_message=per_message,
         )
         self.connections: set[Connection] = set()
         self.stopping = False

@@ -58,6 +58,10 @@ PARTIALS = ("full", "delta")
 #: server's --max-queued-audio-s (audio waits for a whole block before it is fed).
 BLOCK_MS_RANGE = (10.0, 60_000.0)
 CHUNK: Literal["chunk"] = "chunk"
+#: `block_ms: "message"`: each binary message is fed as it comes (cut at the server's feed
+#: block), as a live client's audio arrives; the events then equal `streamasr file
+#: --block-ms M` for messages of M ms (M at most the server's block)
+MESSAGE: Literal["message"] = "message"
 #: A session's own tail padding, seconds: each padded second is engine steps on the server.
 TAIL_PADDING_S_RANGE = (0.0, 2.0)
 
@@ -90,7 +94,7 @@ class SessionConfig:
     realtime: bool = False
     endpoint: EndpointOptions | None = None  # None: the server's rules
     partials: str = "full"  # "delta": partials carry what changed (as file --partials delta)
-    block_ms: float | Literal["chunk"] | None = None  # None: the server's feed block
+    block_ms: float | Literal["chunk", "message"] | None = None  # None: the server's
     tail_padding_s: float | None = None  # None: the server's tail padding
 
     @property
@@ -105,6 +109,8 @@ class SessionConfig:
             options = replace(options, endpoint=self.endpoint)
         if self.block_ms == CHUNK:
             options = replace(options, block_s=None)
+        elif self.block_ms == MESSAGE:
+            pass  # messages are cut at the server's feed block
         elif self.block_ms is not None:
             options = replace(options, block_s=self.block_ms / 1000)
         if self.tail_padding_s is not None:
@@ -169,10 +175,12 @@ def parse_config(
     partials = data.get("partials", "full")
     if partials not in PARTIALS:
         raise ProtocolError(CLOSE_INVALID, 'config: partials must be "full" or "delta"')
-    block_ms: float | Literal["chunk"] | None = CHUNK
-    if data.get("block_ms") != CHUNK:
+    block_ms: float | Literal["chunk", "message"] | None = data.get("block_ms")
+    if block_ms not in (CHUNK, MESSAGE):
         high = min(BLOCK_MS_RANGE[1], max_block_ms)
-        block_ms = _number(data, "block_ms", None, BLOCK_MS_RANGE[0], high, "ms", ' or "chunk"')
+        block_ms = _number(
+            data, "block_ms", None, BLOCK_MS_RANGE[0], high, "ms", ' or "chunk" or "message"'
+        )
     tail = _number(data, "tail_padding_s", None, *TAIL_PADDING_S_RANGE, "s")
     return SessionConfig(
         rate, fmt, channels, source, realtime, endpoint, partials, block_ms, tail

@@ -1,19 +1,23 @@
 """One engine, many streams: the scheduler of `streamasr serve`.
 
 Each utterance of each connection is a StreamSession. Connections hand their audio to the
-scheduler, which cuts it into feed blocks exactly as `streamasr file` does (one chunk each,
-unless --block-ms or the session's `block_ms` says otherwise). The scheduler works in
-rounds, as sherpa-onnx's own server does: each round takes the utterances with an engine
-step due (at most `max_batch`, in the order they became due; one whose input has ended goes
-first, and a round that has one waits for no batch to fill, others up to `max_wait_ms`),
-runs one batched engine step over them, and puts them back in the queue. Only that engine
+scheduler, which cuts it into feed blocks: by default (`per_message`, or a session's
+`block_ms: "message"`) each message is a block as it comes, cut at the server's feed block
+(100 ms), so a live client's last short message is decoded when it arrives, not at its end;
+with fixed blocks (--block-ms, or a session's `block_ms`), exactly as `streamasr file` does.
+The scheduler works in rounds, as sherpa-onnx's own server does: each round takes the
+utterances with an engine step due (at most `max_batch`, in the order they became due; one
+whose input has ended goes first, and a round that has one waits for no batch to fill,
+others up to `max_wait_ms`), runs one batched engine step over them, and puts them back in
+the queue. Only that engine
 call runs on the single worker thread; the sessions' Python (feeding blocks, hypotheses,
 endpoints, events, JSON) runs on the event loop. So the event loop never waits on the
 engine, the worker never waits for the event loop's Python (the engine lets go of the GIL),
 a stream is never touched from two threads at once (nothing feeds an utterance while its
 step runs), a round is one engine step long whatever any utterance's backlog (a new or a
 punctual utterance, or an end, waits for at most the round in flight), and every session's
-events are those `streamasr file` prints for the same audio, with the same `audio_s` (int8
+events are those `streamasr file` prints for the same audio and feed blocks (`--block-ms M`
+for M-ms messages), with the same `audio_s` (int8
 models quantise dynamically: there a batch can change a decode; docs/performance.md).
 
 Blocks that only buffer audio never cost a round: an utterance is fed block by block, on the
@@ -52,7 +56,7 @@ from streamasr.backends.base import Recognizer
 from streamasr.events import Event, FirstToken
 from streamasr.render import JsonlRenderer
 from streamasr.server.metrics import Metrics
-from streamasr.server.protocol import SessionConfig
+from streamasr.server.protocol import MESSAGE, SessionConfig
 from streamasr.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
@@ -88,6 +92,7 @@ class Utterance:
     deliver: Callable[[list[str]], None]
     fail: Callable[[str], None]
     block_samples: int
+    per_message: bool = False  # each message ends a block (else: fixed blocks)
     lines: _Lines = field(default_factory=_Lines)
     renderer: JsonlRenderer = field(init=False)
     pending: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
@@ -98,6 +103,7 @@ class Utterance:
     ended: bool = False  # closed: last final and summary rendered
     in_round: bool = False  # its engine step runs now
     check: bool = False  # fed or stepped since it was last found not ready: try a step
+    seen_ready: bool = False  # its stream said ready() when it joined the round
     discarded: bool = False
     done: asyncio.Future[None] | None = None
     drained: asyncio.Event = field(default_factory=asyncio.Event)
@@ -123,13 +129,16 @@ class Scheduler:
         max_batch: int,
         max_wait_s: float,
         clock: Callable[[], float] = time.perf_counter,
+        per_message: bool = False,
     ) -> None:
+        """`per_message`: sessions that do not say their own feed block get one per message."""
         self.recognizer = recognizer
         self.options = options
         self.metrics = metrics
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.clock = clock
+        self.per_message = per_message
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="streamasr-engine"
         )
@@ -150,18 +159,25 @@ class Scheduler:
 
         session = await asyncio.get_running_loop().run_in_executor(self._executor, make)
         block = max(1, round(session.block_s * config.sample_rate))
-        return Utterance(session, config, deliver, fail, block)
+        per_message = config.block_ms == MESSAGE or (config.block_ms is None and self.per_message)
+        return Utterance(session, config, deliver, fail, block, per_message)
 
     def add_audio(self, utterance: Utterance, samples: np.ndarray) -> None:
         """Queue mono float32 samples; feed whole blocks until a step is due."""
         if utterance.ending or utterance.discarded or len(samples) == 0:
             return
-        joined = np.concatenate([utterance.pending, samples]) if len(utterance.pending) else samples
         size = utterance.block_samples
-        whole = len(joined) // size * size
-        for start in range(0, whole, size):
-            utterance.blocks.append(joined[start : start + size])
-        utterance.pending = joined[whole:]
+        if utterance.per_message:  # the message is a block (a long one is cut)
+            for start in range(0, len(samples), size):
+                utterance.blocks.append(samples[start : start + size])
+        else:
+            joined = (
+                np.concatenate([utterance.pending, samples]) if len(utterance.pending) else samples
+            )
+            whole = len(joined) // size * size
+            for start in range(0, whole, size):
+                utterance.blocks.append(joined[start : start + size])
+            utterance.pending = joined[whole:]
         utterance.queued_samples += len(samples)
         if utterance.blocks:
             utterance.drained.clear()
@@ -180,7 +196,11 @@ class Scheduler:
         ready = getattr(session.stream, "ready", None)
         while True:
             if utterance.check:
-                if ready is None or ready():
+                if ready is None:
+                    utterance.seen_ready = False  # cannot say: the engine call will tell
+                    return True
+                if ready():
+                    utterance.seen_ready = True
                     return True
                 utterance.check = False
             if utterance.blocks:
@@ -271,7 +291,11 @@ class Scheduler:
         the next round feeds it on or lets it go."""
         loop = asyncio.get_running_loop()
         streams = [utterance.session.stream for utterance in batch]
-        stepped, elapsed = await loop.run_in_executor(self._executor, self._decode, streams)
+        # every stream in the round was just seen ready on the event loop (where it can say)
+        checked = all(utterance.seen_ready for utterance in batch)
+        stepped, elapsed = await loop.run_in_executor(
+            self._executor, self._decode, streams, checked
+        )
         self.metrics.compute_s.inc(elapsed)
         share = elapsed / max(1, sum(stepped))
         for utterance, did_step in zip(batch, stepped, strict=True):
@@ -287,10 +311,11 @@ class Scheduler:
             if utterance.ending:
                 self._ready.move_to_end(utterance, last=False)
 
-    def _decode(self, streams: list[Any]) -> tuple[list[bool], float]:
-        """On the worker thread: one batched step; which streams stepped, and its time."""
+    def _decode(self, streams: list[Any], checked: bool) -> tuple[list[bool], float]:
+        """On the worker thread: one batched step; which streams stepped, and its time.
+        Only the engine call runs here, and `checked` spares it asking each stream again."""
         started = self.clock()
-        stepped = self.recognizer.decode_batch(streams)
+        stepped = self.recognizer.decode_batch(streams, checked=checked)
         return stepped, self.clock() - started
 
     def _close(self, utterance: Utterance) -> None:

@@ -292,10 +292,14 @@ class NemoRecognizer:
             )[0]
         )
 
-    def decode_batch(self, streams: Sequence[RecognizerStream]) -> list[bool]:
+    def decode_batch(
+        self, streams: Sequence[RecognizerStream], *, checked: bool = False
+    ) -> list[bool]:
         """One encoder step over every stream with a chunk ready, batched by window shape.
 
         Streams whose windows have the same length and drop run as one batch on the device.
+        `checked` changes nothing here: a stream's plan is a Python question, not a call
+        into the engine.
         """
         ours = [s for s in streams if isinstance(s, NemoStream)]
         if len(ours) != len(streams):

@@ -210,11 +210,18 @@ class SherpaRecognizer:
         append_only = self.own.decoding_method == "greedy_search"
         return SherpaStream(self.engine, self.vocabulary, append_only)
 
-    def decode_batch(self, streams: Sequence[RecognizerStream]) -> list[bool]:
-        """One batched encoder step (`decode_streams`) over every stream with a chunk ready."""
+    def decode_batch(
+        self, streams: Sequence[RecognizerStream], *, checked: bool = False
+    ) -> list[bool]:
+        """One batched encoder step (`decode_streams`) over every stream with a chunk ready
+        (all of them when `checked`: one GIL hand-over per step instead of one per stream)."""
         ours = [s for s in streams if isinstance(s, SherpaStream)]
         if len(ours) != len(streams):
             raise TypeError("decode_batch takes streams this recognizer created")
+        if checked:
+            if ours:
+                self.engine.decode_streams([s.stream for s in ours])
+            return [True] * len(ours)
         ready = [self.engine.is_ready(s.stream) for s in ours]
         if any(ready):
             self.engine.decode_streams([s.stream for s, r in zip(ours, ready, strict=True) if r])
