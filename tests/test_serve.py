@@ -77,7 +77,9 @@ def test_events_equal_file_command_two_files_one_connection(
 ) -> None:
     async def run() -> list[list[dict]]:
         async with connect(server.url) as ws:
-            first = await stream_clip(ws, CLIPS[0], frame_bytes=1000)
+            # fixed 100 ms feed blocks, whatever the message size (the default feeds each
+            # message as it comes: 100 ms messages, test_serve_inline.py)
+            first = await stream_clip(ws, CLIPS[0], frame_bytes=1000, block_ms=100)
             # the next utterance asks for its own feed block and tail padding
             second = await stream_clip(ws, CLIPS[1], frame_bytes=16000, **FILE_SETTINGS)
             return [first, second]
@@ -170,7 +172,7 @@ def test_each_malformed_input_closes_only_its_connection(
 ) -> None:
     async def bystander() -> list[dict]:
         async with connect(server.url) as ws:
-            return await stream_clip(ws, CLIPS[2], frame_bytes=640)
+            return await stream_clip(ws, CLIPS[2], frame_bytes=640, block_ms=100)
 
     async def bad(messages: tuple[str | bytes, ...]) -> tuple[int | None, str]:
         try:
