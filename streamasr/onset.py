@@ -17,6 +17,7 @@ deliberately simple and deterministic; datasets that carry alignments override i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import log10, sqrt
 
 import numpy as np
 
@@ -42,23 +43,34 @@ def frame_levels_dbfs(frames: np.ndarray) -> np.ndarray:
     return 20 * np.log10(np.maximum(rms, 1e-10))
 
 
+_NO_SAMPLES = np.zeros(0, dtype=np.float32)
+_NO_SAMPLES.flags.writeable = False
+
+
 class OnsetDetector:
     """Finds the first speech frame of each segment in streamed mono audio.
 
     Also remembers the last loud frame (`last_loud_end_s`), so one pass over the audio gives
     both ends of the speech.
+
+    It runs on every block of every live session, so `feed` does the per-frame rule in one
+    plain loop over Python floats: numpy's per-call overhead dominates on 10-frame blocks. The
+    levels are `frame_levels_dbfs`'s, the same float64 operations per frame, with libm's log10
+    (numpy's own vector log10 on AVX-512 CPUs may differ from it in the last bit).
     """
 
     def __init__(self, sample_rate: int, options: OnsetOptions = OnsetOptions()) -> None:
         self.sample_rate = sample_rate
         self.options = options
         self._frame = max(1, round(FRAME_S * sample_rate))
-        self._pending = np.zeros(0, dtype=np.float32)
+        self._pending = _NO_SAMPLES
         self._frames_seen = 0  # frames classified so far
         self._warmup: list[float] = []  # levels held until the floor is first known
         self._floor_dbfs: float | None = None
         self._rise_db = FLOOR_RISE_DB_PER_S * FRAME_S
-        self._loud: list[int] = []  # indices of recent loud frames not yet confirmed
+        # recent loud frames that may still confirm an onset; pruned to the confirm window
+        # only when a loud frame is added (pruning is monotonic, so doing it later is the same)
+        self._loud: list[int] = []
         self._armed_from_frame = 0
         self._last_loud: int | None = None
         self.onset_s: float | None = None
@@ -83,47 +95,72 @@ class OnsetDetector:
 
     def feed(self, samples: np.ndarray) -> None:
         """Consume audio; sets `onset_s` once speech is confirmed."""
-        data = np.concatenate([self._pending, samples]) if len(self._pending) else samples
-        whole = len(data) // self._frame
+        pending = self._pending
+        data = np.concatenate([pending, samples]) if len(pending) else samples
+        frame = self._frame
+        whole = len(data) // frame
+        used = whole * frame
         if whole:
-            levels = frame_levels_dbfs(data[: whole * self._frame].reshape(whole, self._frame))
-            for level in levels.tolist():
-                self._level(level)
-        self._pending = data[whole * self._frame :].copy()
+            frames = (data if used == len(data) else data[:used]).reshape(whole, frame)
+            sums = np.add.reduce(np.square(frames, dtype=np.float64), axis=1).tolist()
+            # as frame_levels_dbfs: 20 * log10(max(sqrt(mean square), 1e-10)), NaN kept
+            levels = []
+            for total in sums:
+                rms = sqrt(total / frame)
+                levels.append(20 * log10(1e-10 if rms < 1e-10 else rms))
+            self._levels(levels)
+        self._pending = data[used:].copy() if used < len(data) else _NO_SAMPLES
 
-    def _level(self, level: float) -> None:
-        if self.options.threshold_dbfs is not None:
-            self._classify(level >= self.options.threshold_dbfs)
-            return
-        if self._floor_dbfs is None:
-            self._warmup.append(level)
-            if len(self._warmup) * FRAME_S < WARMUP_S - 1e-9:
-                return
-            held, self._warmup = self._warmup, []
-            self._floor_dbfs = min(held)
-            for old in held:
-                self._relative(old, self._floor_dbfs)
-            return
-        self._relative(level, self._floor_dbfs)
-
-    def _relative(self, level: float, floor: float) -> None:
-        loud = level >= floor + self.options.margin_db and level >= self.options.min_level_dbfs
-        self._classify(loud)
-        if level < floor:
-            self._floor_dbfs = level
-        else:
-            self._floor_dbfs = floor + min(level - floor, self._rise_db)
-
-    def _classify(self, loud: bool) -> None:
+    def _levels(self, levels: list[float]) -> None:
+        """Classify consecutive frame levels and track the floor (the rule in the docstring)."""
+        options = self.options
+        relative = options.threshold_dbfs is None
+        threshold = 0.0 if options.threshold_dbfs is None else options.threshold_dbfs
+        floor = 0.0 if self._floor_dbfs is None else self._floor_dbfs  # read when relative
+        if relative and self._floor_dbfs is None:
+            held = self._warmup
+            taken = 0
+            while True:
+                if taken == len(levels):
+                    return  # still warming up
+                held.append(levels[taken])
+                taken += 1
+                if len(held) * FRAME_S >= WARMUP_S - 1e-9:
+                    break
+            self._warmup = []
+            floor = min(held)
+            levels = held + levels[taken:]
+        margin = options.margin_db
+        min_level = options.min_level_dbfs
+        rise = self._rise_db
+        need = max(1, round(options.min_speech_s / FRAME_S))
         index = self._frames_seen
-        self._frames_seen += 1
-        if loud:
-            self._last_loud = index
-        if self.onset_s is not None or index < self._armed_from_frame:
-            return
-        need = max(1, round(self.options.min_speech_s / FRAME_S))
-        if loud:
-            self._loud.append(index)
-        self._loud = [i for i in self._loud if index - i < CONFIRM_WINDOW_FRAMES]
-        if len(self._loud) >= need:
-            self.onset_s = round(self._loud[0] * FRAME_S, 3)
+        last_loud = self._last_loud
+        hunting = self.onset_s is None
+        armed = self._armed_from_frame
+        recent = self._loud
+        for level in levels:
+            if relative:
+                loud = level >= floor + margin and level >= min_level
+                if level < floor:
+                    floor = level
+                else:
+                    step = level - floor
+                    floor = floor + (rise if rise < step else step)
+            else:
+                loud = level >= threshold
+            if loud:
+                last_loud = index
+                if hunting and index >= armed:
+                    recent.append(index)
+                    while index - recent[0] >= CONFIRM_WINDOW_FRAMES:
+                        del recent[0]
+                    if len(recent) >= need:
+                        self.onset_s = round(recent[0] * FRAME_S, 3)
+                        hunting = False
+            index += 1
+        self._frames_seen = index
+        self._last_loud = last_loud
+        self._loud = recent
+        if relative:
+            self._floor_dbfs = floor
