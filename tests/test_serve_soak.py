@@ -10,6 +10,7 @@ must be back where they started, and its memory must not grow with the sessions.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -66,8 +67,17 @@ def test_a_soak_leaves_no_session_descriptor_or_memory_behind() -> None:
     # intervals and not the median (measured: 0 kB/session). Half a session's audio as
     # sent: keeping only the audio of each session (32 kB, or 64 kB as float32) fails it.
     assert growth["median_interval_kb"] * 1024 < SESSION_AUDIO_BYTES / 2, result["points"]
-    # Over the whole run after warm-up, steps included (measured: 31 kB/session over 160
-    # sessions, 3 over 1,300, 0.2 over 8,000; with one engine step per round the arena's
-    # growth steps spread further: 91-127 kB over 96 sessions, flat over the last 50): a
-    # leaked engine stream (~260 kB) on top of them fails it.
-    assert growth["overall_kb"] * 1024 < LEAKED_STREAM_BYTES, result["points"]
+    # Over the whole run after warm-up, the largest step between two readings left out: the
+    # engine's arena grows once, to the largest batch met (one burst of 16 sessions at once
+    # takes the server to its plateau, ~200 MB, and nothing grows after), and when that
+    # batch first comes varies from run to run (measured: a +40 MB step anywhere from
+    # session 16 to 112 of 160, then flat; over 640 sessions 2-13 kB/session after
+    # warm-up). A leaked engine stream (~260 kB) per session grows every interval alike and
+    # still fails it.
+    later = [point for point in result["points"] if point["sessions"] >= growth["from_sessions"]]
+    steps = [(b["rss_kb"] - a["rss_kb"], b["sessions"] - a["sessions"])
+             for a, b in itertools.pairwise(later)]
+    largest = max(steps)
+    rest_kb = (sum(kb for kb, _ in steps) - largest[0]) / (
+        sum(sessions for _, sessions in steps) - largest[1])
+    assert rest_kb * 1024 < LEAKED_STREAM_BYTES, result["points"]

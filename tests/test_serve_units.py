@@ -195,14 +195,118 @@ def test_limits_end_a_silent_connection(
             await connection._receive(timeout, waiting_for)
         except _Stop as stop:
             return stop
-        finally:
-            if connection._recv is not None:
-                connection._recv.cancel()
         raise AssertionError("not stopped")
 
     stop = asyncio.run(run())
     assert stop.kind == kind and words in stop.reason
     assert stop.flush == (kind != "handshake_timeout")  # an open utterance gets its final
+
+
+class _PacedSocket:
+    """A WebSocket whose client sends `count` messages `gap_s` apart, then nothing."""
+
+    remote_address = ("127.0.0.1", 0)
+    close_code = None
+
+    def __init__(self, count: int, gap_s: float) -> None:
+        self.left = count
+        self.gap_s = gap_s
+
+    async def recv(self) -> bytes:
+        if self.left == 0:
+            await asyncio.sleep(3600)
+        await asyncio.sleep(self.gap_s)
+        self.left -= 1
+        return b"\0\0"
+
+
+def test_the_idle_limit_counts_from_the_last_message() -> None:
+    """Messages that keep coming within the limit are all read, however long they go on;
+    silence after them is what the limit ends."""
+    from streamasr.server.app import _Stop
+
+    limits = ServerLimits(idle_timeout_s=0.5)
+
+    async def run() -> tuple[int, _Stop]:
+        connection = Connection(SimpleNamespace(limits=limits), _PacedSocket(16, 0.05))  # type: ignore[arg-type]
+        received = 0
+        try:
+            while True:
+                await connection._receive(limits.idle_timeout_s, "idle")
+                received += 1
+        except _Stop as stop:
+            return received, stop
+
+    received, stop = asyncio.run(run())
+    assert received == 16
+    assert stop.kind == "idle"
+
+
+def test_a_stop_request_ends_a_wait_for_a_message() -> None:
+    """request_stop (shutdown, a slow client) ends a pending receive with that stop, and
+    leaves the handler task uncancelled; a cancellation from elsewhere still cancels."""
+    from streamasr.server.app import _Stop
+
+    stop = _Stop(1001, "server shutting down", "shutdown", flush=True)
+
+    async def stopped() -> tuple[_Stop, int]:
+        connection = Connection(SimpleNamespace(limits=ServerLimits()), _SilentSocket())  # type: ignore[arg-type]
+        asyncio.get_running_loop().call_later(0.01, connection.request_stop, stop)
+        try:
+            await connection._receive(30.0, "idle")
+        except _Stop as raised:
+            task = asyncio.current_task()
+            return raised, task.cancelling() if hasattr(task, "cancelling") else 0
+        raise AssertionError("not stopped")
+
+    raised, cancelling = asyncio.run(stopped())
+    assert raised is stop
+    assert cancelling == 0
+
+    async def cancelled() -> bool:
+        connection = Connection(SimpleNamespace(limits=ServerLimits()), _SilentSocket())  # type: ignore[arg-type]
+        receiving = asyncio.ensure_future(connection._receive(30.0, "idle"))
+        await asyncio.sleep(0.01)
+        receiving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await receiving
+        return receiving.cancelled()
+
+    assert asyncio.run(cancelled())
+
+    async def stopped_before() -> _Stop:
+        """A stop requested while the handler was busy: the next receive raises it."""
+        connection = Connection(SimpleNamespace(limits=ServerLimits()), _SilentSocket())  # type: ignore[arg-type]
+        connection.request_stop(stop)
+        try:
+            await connection._receive(30.0, "idle")
+        except _Stop as raised:
+            return raised
+        raise AssertionError("not stopped")
+
+    assert asyncio.run(stopped_before()) is stop
+
+
+def test_a_stop_while_a_final_is_awaited_leaves_it_to_the_flush() -> None:
+    """A stop that comes while the handler waits for an utterance's end must not cancel the
+    scheduler's future: the stop's flush awaits that same future for the last final."""
+    from streamasr.server.app import _Stop
+
+    stop = _Stop(1001, "server shutting down", "shutdown", flush=True)
+
+    async def run() -> bool:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        scheduler = SimpleNamespace(end=lambda utterance: done)
+        server = SimpleNamespace(limits=ServerLimits(), scheduler=scheduler)
+        connection = Connection(server, _SilentSocket())  # type: ignore[arg-type]
+        connection.utterance = object()  # type: ignore[assignment]
+        loop.call_later(0.01, connection.request_stop, stop)
+        with pytest.raises(_Stop):
+            await connection._finish_utterance()
+        return done.cancelled()
+
+    assert not asyncio.run(run())
 
 
 def test_copies_of_one_stop_signal_count_once(monkeypatch: pytest.MonkeyPatch) -> None:
