@@ -66,3 +66,44 @@ def test_the_command_line_gives_freed_large_blocks_back() -> None:
 def test_a_threshold_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(64 << 20))
     assert memory.return_large_blocks() is False
+
+
+FAULTS = """
+import ctypes, resource, sys
+from streamasr.commands import memory
+assert memory.return_large_blocks()
+if sys.argv[1] == "server":
+    assert memory.reuse_freed_blocks()
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+size = 512 << 10  # a batched step's tensors are of this order
+def cycle():
+    block = libc.malloc(size)
+    ctypes.memset(block, 1, size)
+    libc.free(block)
+cycle()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(50):
+    cycle()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, file=sys.stderr)
+"""
+
+
+def page_faults(mode: str) -> int:
+    """Page faults of 50 rounds of allocating, touching and freeing a 512 KiB block."""
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    done = subprocess.run(
+        [sys.executable, "-c", FAULTS, mode], cwd=REPO, capture_output=True, text=True,
+        env=env, check=True,
+    )
+    return int(done.stderr.strip().splitlines()[-1])
+
+
+@glibc
+def test_a_server_reuses_freed_blocks_instead_of_mapping_each() -> None:
+    """`streamasr serve` after its model load: a block freed by one step is reused by the next
+    (with the command line's threshold every one is a new mapping, its pages faulted in)."""
+    pages = (512 << 10) // os.sysconf("SC_PAGE_SIZE")
+    assert page_faults("command line") >= 50 * pages * 0.9
+    assert page_faults("server") < 50 * pages * 0.1

@@ -80,6 +80,7 @@ def serve_workers(
 ) -> int | None:
     """--workers N: check the options here, then N processes load the model and serve."""
     from streamasr.backends.registry import choose_backend
+    from streamasr.commands.memory import reuse_freed_blocks
     from streamasr.commands.options import (
         backend_and_device,
         check_engine_fit,
@@ -100,6 +101,7 @@ def serve_workers(
 
     def serve_in_worker(sock: socket.socket, worker_ready: Callable[[], None]) -> int | None:
         recognizer, options = build(model_options, paced=False)
+        reuse_freed_blocks()  # loaded: from now on the steps' blocks are reused, not mapped
         server = StreamServer(recognizer, options, share, security, per_message=per_message)
         return run_server(server, None, None, lambda _: worker_ready(), sock)
 
@@ -261,9 +263,11 @@ def register(app: typer.Typer) -> None:
 
             try:
                 if workers == 1:
+                    from streamasr.commands.memory import reuse_freed_blocks
                     from streamasr.server.app import StreamServer, run_server
 
                     recognizer, options = build(model_options, paced=False)
+                    reuse_freed_blocks()  # loaded: the steps' blocks are reused, not mapped
                     server = StreamServer(
                         recognizer, options, limits, security, per_message=per_message
                     )
