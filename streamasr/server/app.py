@@ -482,6 +482,10 @@ class StreamServer:
             gc.unfreeze()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
+                # drained: a stop signal from here to the exit (a copy of the first, or the
+                # supervisor's own while the process winds down) must not kill it with the
+                # signal's default action (exit status -15 instead of 0)
+                signal.signal(signum, signal.SIG_IGN)
 
 
 def _token(headers: Any, query: str) -> str | None:

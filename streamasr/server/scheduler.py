@@ -6,11 +6,11 @@ scheduler, which cuts it into feed blocks: by default (`per_message`, or a sessi
 (100 ms), so a live client's last short message is decoded when it arrives, not at its end;
 with fixed blocks (--block-ms, or a session's `block_ms`), exactly as `streamasr file` does.
 The scheduler works in rounds, as sherpa-onnx's own server does: each round takes the
-utterances with an engine step due (at most `max_batch`, in the order they became due; one
-whose input has ended goes first, and a round that has one waits for no batch to fill,
-others up to `max_wait_ms`), runs one batched engine step over them, and puts them back in
-the queue. Only that engine
-call runs on the single worker thread; the sessions' Python (feeding blocks, hypotheses,
+utterances with an engine step due (at most `max_batch`, first come first stepped: an ended
+input jumping the queue starved the others once the server fell behind; a round with an
+ended input waits for no batch to fill, others up to `max_wait_ms`), runs one batched
+engine step over them, and puts them back at the end of the queue. Only that engine call
+runs on the single worker thread; the sessions' Python (feeding blocks, hypotheses,
 endpoints, events, JSON) runs on the event loop. So the event loop never waits on the
 engine, the worker never waits for the event loop's Python (the engine lets go of the GIL),
 a stream is never touched from two threads at once (nothing feeds an utterance while its
@@ -116,6 +116,10 @@ class Utterance:
     def queued_s(self) -> float:
         """Seconds of audio received and not yet fed to the engine."""
         return self.queued_samples / self.config.sample_rate
+
+
+#: A round in flight: its utterances and the engine call's (stepped, seconds) to come.
+_Flight = tuple[list[Utterance], "asyncio.Future[tuple[list[bool], float]]"]
 
 
 class Scheduler:
@@ -229,8 +233,7 @@ class Scheduler:
                 utterance.blocks.append(utterance.pending)
                 utterance.pending = np.zeros(0, np.float32)
             if not utterance.in_round:
-                self._mark_ready(utterance)
-                self._ready.move_to_end(utterance, last=False)  # an end goes first, unbatched
+                self._mark_ready(utterance)  # its round waits for no batch to fill
         return utterance.done
 
     def discard(self, utterance: Utterance) -> None:
@@ -246,32 +249,65 @@ class Scheduler:
         self._wake.set()
 
     async def run(self) -> None:
-        """The scheduler task: runs until cancelled."""
+        """The scheduler task: runs until cancelled.
+
+        Pipelined as sherpa-onnx's server is: as soon as a round's engine call returns, the
+        next round (whoever became due meanwhile) goes to the worker thread, and only then
+        are the finished round's events made on the event loop, so the engine does not sit
+        idle while they are (at 32 streams a round, several ms of a step of tens). A stream
+        of the finished round joins the queue again after its events, at the back.
+        """
+        flight: _Flight | None = None
         while True:
-            await self._wake.wait()
-            self._wake.clear()
-            if (
-                len(self._ready) < self.max_batch
-                and self.max_wait_s > 0
-                and not any(utterance.ending for utterance in self._ready)
-            ):
-                await asyncio.sleep(self.max_wait_s)
-            while self._ready:
-                batch = self._take_round()
-                if not batch:
+            if flight is None:
+                if not self._ready:  # idle: wait for a step to come due, then for a batch
+                    await self._wake.wait()
+                    self._wake.clear()
+                    if (
+                        len(self._ready) < self.max_batch
+                        and self.max_wait_s > 0
+                        and not any(utterance.ending for utterance in self._ready)
+                    ):
+                        await asyncio.sleep(self.max_wait_s)
+                flight = self._launch()
+                if flight is None:
                     continue
-                self.metrics.batch_size.observe(len(batch))
-                try:
-                    await self._step(batch)
-                except Exception as exc:  # an engine failure ends the streams it stepped
-                    log.exception("engine step failed")
-                    for utterance in batch:
-                        utterance.in_round = False
-                        if not utterance.discarded:
-                            utterance.fail(f"engine step failed: {exc}")
+            batch, running = flight
+            try:
+                stepped, elapsed = await running
+            except Exception as exc:  # an engine failure ends the streams it stepped
+                self._failed(batch, exc)
+                flight = None
+                continue
+            flight = self._launch()  # the next round steps while this one's events are made
+            try:
+                self._finish(batch, stepped, elapsed)
+            except Exception as exc:
+                self._failed(batch, exc)
+
+    def _launch(self) -> _Flight | None:
+        """Take a round and start its engine call on the worker thread (None: nothing due)."""
+        batch = self._take_round()
+        if not batch:
+            return None
+        self.metrics.batch_size.observe(len(batch))
+        streams = [utterance.session.stream for utterance in batch]
+        # every stream in the round was just seen ready on the event loop (where it can say)
+        checked = all(utterance.seen_ready for utterance in batch)
+        running = asyncio.get_running_loop().run_in_executor(
+            self._executor, self._decode, streams, checked
+        )
+        return batch, running
+
+    def _failed(self, batch: list[Utterance], exc: Exception) -> None:
+        log.exception("engine step failed", exc_info=exc)
+        for utterance in batch:
+            utterance.in_round = False
+            if not utterance.discarded:
+                utterance.fail(f"engine step failed: {exc}")
 
     def _take_round(self) -> list[Utterance]:
-        """Up to max_batch utterances with a step due, in queue order (ends first); those
+        """Up to max_batch utterances with a step due, in queue order; those
         with nothing due leave the queue, an ended one with its last final."""
         batch: list[Utterance] = []
         while self._ready and len(batch) < self.max_batch:
@@ -285,17 +321,9 @@ class Scheduler:
                 self._close(utterance)
         return batch
 
-    async def _step(self, batch: list[Utterance]) -> None:
-        """One round: one batched engine step on the worker thread; on the event loop, what
-        each step changed; each goes back to the queue (an ending one to its front), where
-        the next round feeds it on or lets it go."""
-        loop = asyncio.get_running_loop()
-        streams = [utterance.session.stream for utterance in batch]
-        # every stream in the round was just seen ready on the event loop (where it can say)
-        checked = all(utterance.seen_ready for utterance in batch)
-        stepped, elapsed = await loop.run_in_executor(
-            self._executor, self._decode, streams, checked
-        )
+    def _finish(self, batch: list[Utterance], stepped: list[bool], elapsed: float) -> None:
+        """On the event loop, what each step of a round changed; each utterance goes back to
+        the end of the queue, where a later round feeds it on or lets it go."""
         self.metrics.compute_s.inc(elapsed)
         share = elapsed / max(1, sum(stepped))
         for utterance, did_step in zip(batch, stepped, strict=True):
@@ -307,9 +335,7 @@ class Scheduler:
                 utterance.session.add_compute(share)
                 self._render(utterance, utterance.session.after_step())
                 self._send(utterance)
-            self._ready[utterance] = None
-            if utterance.ending:
-                self._ready.move_to_end(utterance, last=False)
+            self._ready[utterance] = None  # to the back: first come, first stepped
 
     def _decode(self, streams: list[Any], checked: bool) -> tuple[list[bool], float]:
         """On the worker thread: one batched step; which streams stepped, and its time.
