@@ -322,8 +322,12 @@ class Scheduler:
         return batch
 
     def _finish(self, batch: list[Utterance], stepped: list[bool], elapsed: float) -> None:
-        """On the event loop, what each step of a round changed; each utterance goes back to
-        the end of the queue, where a later round feeds it on or lets it go."""
+        """On the event loop, what each step of a round changed; then each utterance is fed
+        on at once (as sherpa-onnx's server's connections are): one with a step due goes to
+        the end of the queue, one waiting for audio leaves it (its next message feeds it and
+        queues it when due), one with nothing left after its end is closed, its last final
+        sent now. Left in the queue until a round came to them, they were fed, and closed,
+        only a whole queue later once the server was behind."""
         self.metrics.compute_s.inc(elapsed)
         share = elapsed / max(1, sum(stepped))
         for utterance, did_step in zip(batch, stepped, strict=True):
@@ -335,7 +339,10 @@ class Scheduler:
                 utterance.session.add_compute(share)
                 self._render(utterance, utterance.session.after_step())
                 self._send(utterance)
-            self._ready[utterance] = None  # to the back: first come, first stepped
+            if self._prepare(utterance):
+                self._ready[utterance] = None  # to the back: first come, first stepped
+            elif utterance.padded:
+                self._close(utterance)
 
     def _decode(self, streams: list[Any], checked: bool) -> tuple[list[bool], float]:
         """On the worker thread: one batched step; which streams stepped, and its time.
