@@ -12,8 +12,8 @@ copied into this project.
 Starts, on free loopback ports, with the same model files and engine settings (1 thread,
 batches of up to 32 streams, 5 ms wait for a batch):
 
-- `streamasr serve` with its defaults (100 ms feed blocks, 0.3 s tail padding: sherpa-onnx's
-  server feeds each 100 ms message as it comes and pads 0.3 s),
+- `streamasr serve` with its defaults (each message fed as it comes, 0.3 s tail padding: as
+  sherpa-onnx's server does),
 - sherpa-onnx's `streaming_server.py`,
 - with `--file-settings`, also `streamasr serve --block-ms 320 --tail-padding 0.66`
   ("streamasr-file": `streamasr file`'s defaults, one chunk and 0.66 s),
