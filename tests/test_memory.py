@@ -41,14 +41,20 @@ print((resident - rss()) >> 20, file=sys.stderr)
 """
 
 
-def released_mib(mode: str) -> int:
-    """MiB given back to the system when the eight 4 MiB blocks are freed."""
+def child_figure(code: str, mode: str) -> int:
+    """Run `code` with `mode` in a fresh process (glibc's own defaults, no threshold in the
+    environment); the number it printed last on stderr."""
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, mode], cwd=REPO, capture_output=True, text=True,
+        [sys.executable, "-c", code, mode], cwd=REPO, capture_output=True, text=True,
         env=env, check=True,
     )
     return int(done.stderr.strip().splitlines()[-1])
+
+
+def released_mib(mode: str) -> int:
+    """MiB given back to the system when the eight 4 MiB blocks are freed."""
+    return child_figure(CHILD, mode)
 
 
 glibc = pytest.mark.skipif(
@@ -92,12 +98,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, file=sys.stde
 
 def page_faults(mode: str) -> int:
     """Page faults of 50 rounds of allocating, touching and freeing a 512 KiB block."""
-    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
-    done = subprocess.run(
-        [sys.executable, "-c", FAULTS, mode], cwd=REPO, capture_output=True, text=True,
-        env=env, check=True,
-    )
-    return int(done.stderr.strip().splitlines()[-1])
+    return child_figure(FAULTS, mode)
 
 
 @glibc
