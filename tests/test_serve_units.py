@@ -18,7 +18,7 @@ import pytest
 from streamasr.audio import to_mono
 from streamasr.backends.base import EndpointOptions
 from streamasr.errors import InputError, UsageError
-from streamasr.server.app import Connection
+from streamasr.server.connection import Connection
 from streamasr.server.limits import Security, ServerLimits, check_limits, load_token
 from streamasr.server.protocol import (
     CLOSE_INVALID,
@@ -186,14 +186,14 @@ class _SilentSocket:
 def test_limits_end_a_silent_connection(
     limits: ServerLimits, waiting_for: str, kind: str, words: str
 ) -> None:
-    from streamasr.server.app import _Stop
+    from streamasr.server.connection import Stop
 
-    async def run() -> _Stop:
+    async def run() -> Stop:
         connection = Connection(SimpleNamespace(limits=limits), _SilentSocket())  # type: ignore[arg-type]
         timeout = 0.05 if waiting_for == "config" else limits.idle_timeout_s
         try:
             await connection._receive(timeout, waiting_for)
-        except _Stop as stop:
+        except Stop as stop:
             return stop
         raise AssertionError("not stopped")
 
@@ -223,18 +223,18 @@ class _PacedSocket:
 def test_the_idle_limit_counts_from_the_last_message() -> None:
     """Messages that keep coming within the limit are all read, however long they go on;
     silence after them is what the limit ends."""
-    from streamasr.server.app import _Stop
+    from streamasr.server.connection import Stop
 
     limits = ServerLimits(idle_timeout_s=0.5)
 
-    async def run() -> tuple[int, _Stop]:
+    async def run() -> tuple[int, Stop]:
         connection = Connection(SimpleNamespace(limits=limits), _PacedSocket(16, 0.05))  # type: ignore[arg-type]
         received = 0
         try:
             while True:
                 await connection._receive(limits.idle_timeout_s, "idle")
                 received += 1
-        except _Stop as stop:
+        except Stop as stop:
             return received, stop
 
     received, stop = asyncio.run(run())
@@ -245,16 +245,16 @@ def test_the_idle_limit_counts_from_the_last_message() -> None:
 def test_a_stop_request_ends_a_wait_for_a_message() -> None:
     """request_stop (shutdown, a slow client) ends a pending receive with that stop, and
     leaves the handler task uncancelled; a cancellation from elsewhere still cancels."""
-    from streamasr.server.app import _Stop
+    from streamasr.server.connection import Stop
 
-    stop = _Stop(1001, "server shutting down", "shutdown", flush=True)
+    stop = Stop(1001, "server shutting down", "shutdown", flush=True)
 
-    async def stopped() -> tuple[_Stop, int]:
+    async def stopped() -> tuple[Stop, int]:
         connection = Connection(SimpleNamespace(limits=ServerLimits()), _SilentSocket())  # type: ignore[arg-type]
         asyncio.get_running_loop().call_later(0.01, connection.request_stop, stop)
         try:
             await connection._receive(30.0, "idle")
-        except _Stop as raised:
+        except Stop as raised:
             task = asyncio.current_task()
             return raised, task.cancelling() if hasattr(task, "cancelling") else 0
         raise AssertionError("not stopped")
@@ -274,13 +274,13 @@ def test_a_stop_request_ends_a_wait_for_a_message() -> None:
 
     assert asyncio.run(cancelled())
 
-    async def stopped_before() -> _Stop:
+    async def stopped_before() -> Stop:
         """A stop requested while the handler was busy: the next receive raises it."""
         connection = Connection(SimpleNamespace(limits=ServerLimits()), _SilentSocket())  # type: ignore[arg-type]
         connection.request_stop(stop)
         try:
             await connection._receive(30.0, "idle")
-        except _Stop as raised:
+        except Stop as raised:
             return raised
         raise AssertionError("not stopped")
 
@@ -290,9 +290,9 @@ def test_a_stop_request_ends_a_wait_for_a_message() -> None:
 def test_a_stop_while_a_final_is_awaited_leaves_it_to_the_flush() -> None:
     """A stop that comes while the handler waits for an utterance's end must not cancel the
     scheduler's future: the stop's flush awaits that same future for the last final."""
-    from streamasr.server.app import _Stop
+    from streamasr.server.connection import Stop
 
-    stop = _Stop(1001, "server shutting down", "shutdown", flush=True)
+    stop = Stop(1001, "server shutting down", "shutdown", flush=True)
 
     async def run() -> bool:
         loop = asyncio.get_running_loop()
@@ -302,7 +302,7 @@ def test_a_stop_while_a_final_is_awaited_leaves_it_to_the_flush() -> None:
         connection = Connection(server, _SilentSocket())  # type: ignore[arg-type]
         connection.utterance = object()  # type: ignore[assignment]
         loop.call_later(0.01, connection.request_stop, stop)
-        with pytest.raises(_Stop):
+        with pytest.raises(Stop):
             await connection._finish_utterance()
         return done.cancelled()
 

@@ -5,9 +5,8 @@ routes (`/`, the page's files, `/healthz`, `/readyz`, `/metrics`) before a WebSo
 handshake would start, so one small dependency serves both, with its own limits on frame
 size, handshake time and keepalive pings.
 
-Every connection is a `Connection`: it reads the config and the audio, hands the audio to
-the scheduler and sends the events the scheduler delivers through a bounded queue, so a
-client that reads slowly only ever delays itself (and is closed once its queue is full).
+Every connection is a `Connection` (server/connection.py) over the one scheduler
+(server/scheduler.py); this module routes, admits, stops and drains.
 """
 
 from __future__ import annotations
@@ -27,10 +26,10 @@ from urllib.parse import parse_qs
 
 from streamasr.backends.base import Recognizer
 from streamasr.server import protocol
+from streamasr.server.connection import Connection, Stop
 from streamasr.server.limits import Security, ServerLimits
 from streamasr.server.metrics import Metrics
-from streamasr.server.protocol import ProtocolError
-from streamasr.server.scheduler import Scheduler, Utterance
+from streamasr.server.scheduler import Scheduler
 from streamasr.stream import StreamOptions
 
 log = logging.getLogger("streamasr")
@@ -44,261 +43,11 @@ STATIC = {
 }
 #: Stop signals this close to the first are copies of it, not a second stop.
 DUPLICATE_SIGNAL_S = 1.0
-#: How long the last final and summary may take to reach a client before the close.
-FLUSH_TIMEOUT_S = 10.0
 #: The GIL switch interval while serving (Python's default is 5 ms). The engine thread lets
 #: go of the GIL in every engine call and must take it back after each; while the event loop
 #: runs Python that costs up to one interval per call, which on busy cores kept steps, and
 #: so first tokens and finals, late.
 SWITCH_INTERVAL_S = 0.0005
-
-
-class _Stop(Exception):
-    """The server ends this connection (a limit, shutdown, a slow client); close with this."""
-
-    def __init__(self, code: int, reason: str, kind: str, flush: bool) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = protocol.close_reason(reason)
-        self.kind = kind  # metrics label
-        self.flush = flush  # finish the open utterance and send its final first
-
-
-class _Gone(Exception):
-    """The client closed the connection."""
-
-
-class Connection:
-    """One WebSocket client: utterance after utterance, until it closes or is closed."""
-
-    def __init__(self, server: StreamServer, ws: Any) -> None:
-        self.server = server
-        self.ws = ws
-        self.limits = server.limits
-        self.started = time.monotonic()
-        self.outbox: asyncio.Queue[str] = asyncio.Queue(self.limits.send_queue_events)
-        self.stop_requested: _Stop | None = None
-        self._stop_event = asyncio.Event()
-        # _receive: the handler task while it waits for a message, that wait's deadline (loop
-        # time) and one timer per connection that is only moved when it fires
-        self._receiving: asyncio.Task[Any] | None = None
-        self._interrupted = False  # that wait was cancelled by a stop or its deadline
-        self._deadline = 0.0
-        self._timer: asyncio.TimerHandle | None = None
-        self.utterance: Utterance | None = None
-
-    def request_stop(self, stop: _Stop) -> None:
-        """Ask the handler to end (from elsewhere on the loop: shutdown, a full queue)."""
-        if self.stop_requested is None:
-            self.stop_requested = stop
-            self._stop_event.set()
-            self._interrupt()
-
-    def _interrupt(self) -> None:
-        """Cancel the handler out of its wait for a message, once; _receive then raises the
-        stop or the limit. Cancelling websockets' `recv` loses no message."""
-        if self._receiving is not None and not self._interrupted:
-            self._interrupted = True
-            self._receiving.cancel()
-
-    def _on_deadline(self) -> None:
-        """The receive timer: a wait past its deadline is interrupted; a later deadline (a
-        message came since the timer was set) moves the timer there."""
-        timer, self._timer = self._timer, None
-        if self._receiving is None:
-            return  # not waiting for a message: the next _receive sets the timer
-        if timer is not None and self._deadline > timer.when():
-            self._timer = asyncio.get_running_loop().call_at(self._deadline, self._on_deadline)
-        else:
-            self._interrupt()
-
-    def deliver(self, lines: list[str]) -> None:
-        """Queue events to send; a client whose queue is full is closed."""
-        for line in lines:
-            try:
-                self.outbox.put_nowait(line)
-            except asyncio.QueueFull:
-                self.request_stop(
-                    _Stop(
-                        protocol.CLOSE_POLICY,
-                        f"client too slow: {self.limits.send_queue_events} events not read; "
-                        "read events as they come",
-                        "slow_client",
-                        flush=False,
-                    )
-                )
-                return
-
-    def fail(self, reason: str) -> None:
-        self.request_stop(_Stop(protocol.CLOSE_INTERNAL, reason, "engine_error", flush=False))
-
-    async def run(self) -> None:
-        sender = asyncio.create_task(self._send_loop())
-        try:
-            await self._serve()
-        except _Gone:
-            pass
-        except ProtocolError as exc:
-            self.server.metrics.dropped.labels(_kind(exc.code)).inc()
-            log.info("closing %s: %s", self.ws.remote_address, exc.reason)
-            await self.ws.close(exc.code, exc.reason)
-        except _Stop as stop:
-            await self._stop(stop)
-        finally:
-            if self.utterance is not None:
-                self.server.scheduler.discard(self.utterance)
-            if self._timer is not None:
-                self._timer.cancel()
-            sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sender
-
-    async def _stop(self, stop: _Stop) -> None:
-        if stop.kind not in ("shutdown",):
-            self.server.metrics.dropped.labels(stop.kind).inc()
-        utterance, self.utterance = self.utterance, None
-        if stop.flush and utterance is not None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._flush(utterance), FLUSH_TIMEOUT_S)
-            self.server.scheduler.discard(utterance)
-        log.info("closing %s: %s", self.ws.remote_address, stop.reason)
-        await self.ws.close(stop.code, stop.reason)
-
-    async def _serve(self) -> None:
-        server = self.server
-        first = True
-        while True:
-            timeout = self.limits.handshake_timeout_s if first else self.limits.idle_timeout_s
-            message = await self._receive(timeout, "config" if first else "idle")
-            first = False
-            config = protocol.parse_config(
-                message, server.options.endpoint, self.limits.max_queued_audio_s * 500
-            )
-            self.utterance = await server.scheduler.open(config, self.deliver, self.fail)
-            while True:
-                message = await self._receive(self.limits.idle_timeout_s, "idle")
-                if isinstance(message, str):
-                    if protocol.is_end(message):
-                        break
-                    continue
-                samples = protocol.decode_frame(message, config)
-                server.scheduler.add_audio(self.utterance, samples)
-                if self.utterance.queued_s > self.limits.max_queued_audio_s:
-                    # back-pressure: stop reading (the client's sends block) until decoded
-                    await self._wait(self.utterance.drained.wait())
-            await self._finish_utterance()
-
-    async def _finish_utterance(self) -> None:
-        """End the open utterance's input; return once its final and summary are sent."""
-        utterance = self.utterance
-        if utterance is None:
-            return
-        await self._wait(self.server.scheduler.end(utterance))
-        self.utterance = None
-        await self._wait(self.outbox.join())
-
-    async def _flush(self, utterance: Utterance) -> None:
-        """Stopping: end the input and send the final and summary, whatever was requested."""
-        await self.server.scheduler.end(utterance)
-        await self.outbox.join()
-
-    async def _wait(self, awaitable: Any) -> None:
-        """Await `awaitable`, unless a stop is requested first (then raise it).
-
-        A future passed in is not cancelled then: it is the scheduler's (an utterance's end),
-        and the stop's flush awaits it again for the last final."""
-        task = asyncio.ensure_future(awaitable)
-        stop = asyncio.ensure_future(self._stop_event.wait())
-        try:
-            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-        if not task.done():
-            if task is not awaitable:
-                task.cancel()
-            if self.stop_requested is not None:
-                raise self.stop_requested
-        task.result()
-
-    async def _receive(self, timeout_s: float, waiting_for: str) -> str | bytes:
-        """The next message; _Gone when the client closed, _Stop on a limit or a stop.
-
-        One plain await per message, as it is the server's most frequent step: no helper
-        tasks and no timer per message. The time limit is a deadline the connection's timer
-        checks when it fires; it and request_stop end the wait by cancelling this task."""
-        loop = asyncio.get_running_loop()
-        session_left = self.limits.max_session_s - (time.monotonic() - self.started)
-        wait_s = max(0.0, min(timeout_s, session_left))
-        if self.stop_requested is not None:
-            wait_s = 0.0  # stopping: a message already here is still read, none waited for
-        self._deadline = deadline = loop.time() + wait_s
-        if self._timer is None or self._timer.when() > deadline:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = loop.call_at(deadline, self._on_deadline)
-        task = asyncio.current_task()
-        self._receiving = task
-        try:
-            return await self.ws.recv()
-        except asyncio.CancelledError:
-            if not self._interrupted:
-                raise
-            # ours; one from outside as well (counted since Python 3.11) goes on
-            uncancel = getattr(task, "uncancel", None)
-            if uncancel is not None and uncancel() > 0:
-                raise
-        except Exception as exc:
-            from websockets.exceptions import ConnectionClosed  # here: ~4 us per import
-
-            if not isinstance(exc, ConnectionClosed):
-                raise
-            if self.ws.close_code == protocol.CLOSE_TOO_BIG:
-                self.server.metrics.dropped.labels("frame_too_big").inc()
-            raise _Gone() from None
-        finally:
-            self._receiving = None
-            self._interrupted = False
-        if self.stop_requested is not None:
-            raise self.stop_requested
-        if session_left <= timeout_s:
-            raise _Stop(
-                protocol.CLOSE_POLICY,
-                f"session reached --max-session-s {self.limits.max_session_s:g} s",
-                "session_limit",
-                flush=True,
-            )
-        if waiting_for == "config":
-            raise _Stop(
-                protocol.CLOSE_POLICY,
-                f"no config within {timeout_s:g} s of connecting; send the JSON config first",
-                "handshake_timeout",
-                flush=False,
-            )
-        raise _Stop(
-            protocol.CLOSE_GOING_AWAY,
-            f"idle: no message for {timeout_s:g} s (--idle-timeout-s)",
-            "idle",
-            flush=True,
-        )
-
-    async def _send_loop(self) -> None:
-        from websockets.exceptions import ConnectionClosed
-
-        while True:
-            line = await self.outbox.get()
-            try:
-                await self.ws.send(line)
-            except ConnectionClosed:
-                pass
-            finally:
-                self.outbox.task_done()
-
-
-def _kind(code: int) -> str:
-    return {
-        protocol.CLOSE_UNSUPPORTED: "unexpected_message",
-        protocol.CLOSE_INVALID: "invalid_input",
-    }.get(code, "protocol")
 
 
 class StreamServer:
@@ -419,7 +168,7 @@ class StreamServer:
     def _close_sessions(self) -> None:
         for connection in list(self.connections):
             connection.request_stop(
-                _Stop(protocol.CLOSE_GOING_AWAY, "server shutting down", "shutdown", flush=True)
+                Stop(protocol.CLOSE_GOING_AWAY, "server shutting down", "shutdown", flush=True)
             )
 
     async def serve(
