@@ -15,6 +15,7 @@ from streamasr.commands.options import ModelOptions, build, with_model_options
 from streamasr.errors import DependencyError, StreamAsrError, UsageError
 
 if TYPE_CHECKING:
+    from streamasr.server.app import StreamServer
     from streamasr.server.limits import Security, ServerLimits
 
 
@@ -68,6 +69,19 @@ def live_defaults(options: ModelOptions) -> ModelOptions:
     return dataclasses.replace(options, **changes)
 
 
+def load_server(
+    model_options: ModelOptions, limits: ServerLimits, security: Security, per_message: bool
+) -> StreamServer:
+    """Load the model and put a server over it. Once it is loaded, the steps' freed blocks
+    are reused instead of mapped anew each step (commands/memory.py)."""
+    from streamasr.commands.memory import reuse_freed_blocks
+    from streamasr.server.app import StreamServer
+
+    recognizer, options = build(model_options, paced=False)
+    reuse_freed_blocks()
+    return StreamServer(recognizer, options, limits, security, per_message=per_message)
+
+
 def serve_workers(
     workers: int,
     host: str,
@@ -80,14 +94,13 @@ def serve_workers(
 ) -> int | None:
     """--workers N: check the options here, then N processes load the model and serve."""
     from streamasr.backends.registry import choose_backend
-    from streamasr.commands.memory import reuse_freed_blocks
     from streamasr.commands.options import (
         backend_and_device,
         check_engine_fit,
         engine_options,
         stream_options,
     )
-    from streamasr.server.app import StreamServer, run_server
+    from streamasr.server.app import run_server
     from streamasr.server.workers import run_workers
 
     # what build() checks before it loads: a bad option is a usage error here, once
@@ -100,9 +113,7 @@ def serve_workers(
     )
 
     def serve_in_worker(sock: socket.socket, worker_ready: Callable[[], None]) -> int | None:
-        recognizer, options = build(model_options, paced=False)
-        reuse_freed_blocks()  # loaded: from now on the steps' blocks are reused, not mapped
-        server = StreamServer(recognizer, options, share, security, per_message=per_message)
+        server = load_server(model_options, share, security, per_message)
         return run_server(server, None, None, lambda _: worker_ready(), sock)
 
     try:
@@ -263,14 +274,9 @@ def register(app: typer.Typer) -> None:
 
             try:
                 if workers == 1:
-                    from streamasr.commands.memory import reuse_freed_blocks
-                    from streamasr.server.app import StreamServer, run_server
+                    from streamasr.server.app import run_server
 
-                    recognizer, options = build(model_options, paced=False)
-                    reuse_freed_blocks()  # loaded: the steps' blocks are reused, not mapped
-                    server = StreamServer(
-                        recognizer, options, limits, security, per_message=per_message
-                    )
+                    server = load_server(model_options, limits, security, per_message)
                     stopped_by = run_server(server, host, port, ready)
                 else:
                     stopped_by = serve_workers(

@@ -103,7 +103,6 @@ class Utterance:
     ended: bool = False  # closed: last final and summary rendered
     in_round: bool = False  # its engine step runs now
     check: bool = False  # fed or stepped since it was last found not ready: try a step
-    seen_ready: bool = False  # its stream said ready() when it joined the round
     discarded: bool = False
     done: asyncio.Future[None] | None = None
     drained: asyncio.Event = field(default_factory=asyncio.Event)
@@ -200,11 +199,7 @@ class Scheduler:
         ready = getattr(session.stream, "ready", None)
         while True:
             if utterance.check:
-                if ready is None:
-                    utterance.seen_ready = False  # cannot say: the engine call will tell
-                    return True
-                if ready():
-                    utterance.seen_ready = True
+                if ready is None or ready():
                     return True
                 utterance.check = False
             if utterance.blocks:
@@ -292,8 +287,8 @@ class Scheduler:
             return None
         self.metrics.batch_size.observe(len(batch))
         streams = [utterance.session.stream for utterance in batch]
-        # every stream in the round was just seen ready on the event loop (where it can say)
-        checked = all(utterance.seen_ready for utterance in batch)
+        # _prepare took each stream that can say whether it is ready only once it said so
+        checked = all(hasattr(utterance.session.stream, "ready") for utterance in batch)
         running = asyncio.get_running_loop().run_in_executor(
             self._executor, self._decode, streams, checked
         )
@@ -314,12 +309,19 @@ class Scheduler:
             utterance, _ = self._ready.popitem(last=False)
             if utterance.discarded or utterance.ended:
                 continue
-            if self._prepare(utterance):
+            if self._due_or_closed(utterance):
                 utterance.in_round = True
                 batch.append(utterance)
-            elif utterance.padded:
-                self._close(utterance)
         return batch
+
+    def _due_or_closed(self, utterance: Utterance) -> bool:
+        """Feed the utterance on (_prepare): True when a step is due; an ended one with
+        nothing left to step is closed, its last final sent."""
+        if self._prepare(utterance):
+            return True
+        if utterance.padded:
+            self._close(utterance)
+        return False
 
     def _finish(self, batch: list[Utterance], stepped: list[bool], elapsed: float) -> None:
         """On the event loop, what each step of a round changed; then each utterance is fed
@@ -339,10 +341,8 @@ class Scheduler:
                 utterance.session.add_compute(share)
                 self._render(utterance, utterance.session.after_step())
                 self._send(utterance)
-            if self._prepare(utterance):
+            if self._due_or_closed(utterance):
                 self._ready[utterance] = None  # to the back: first come, first stepped
-            elif utterance.padded:
-                self._close(utterance)
 
     def _decode(self, streams: list[Any], checked: bool) -> tuple[list[bool], float]:
         """On the worker thread: one batched step; which streams stepped, and its time.
