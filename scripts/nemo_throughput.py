@@ -11,7 +11,11 @@ much device memory a stream holds) can only be measured there.
 Report (JSON): the machine, `parity` (per look-ahead and decoder: tokens on the device ==
 tokens on the CPU, and the largest encoder-frame difference), and `throughput` (per number
 of streams x look-ahead: p50/p99 of one batched encoder step in ms, the real-time factor
-of the whole run, device memory per stream in MiB on CUDA). Audio is espeak-ng speech when
+of the whole run, device memory per stream in MiB on CUDA), and `held` (per look-ahead: the
+most streams whose batched step p99 fits in one chunk, and the most whose whole loop,
+features included, keeps up with real time on the one Python thread). `--stop-past-chunk`
+ends a look-ahead's ladder at the first count whose step p99 exceeds the chunk; running out
+of device memory ends it too, recorded as that count's row. Audio is espeak-ng speech when
 espeak-ng and sox are installed, else seeded noise (the models are random-weight: speed
 and memory do not depend on what is said).
 """
@@ -90,7 +94,9 @@ def parity(model: Path, device: str, lookaheads, audio: np.ndarray) -> list[dict
     return rows
 
 
-def throughput(model: Path, device: str, lookaheads, streams_list, audio, decoder) -> list[dict]:
+def throughput(
+    model: Path, device: str, lookaheads, streams_list, audio, decoder, stop_past_chunk=False
+) -> list[dict]:
     """Batched steps over N streams fed in real time order, one chunk per feed block."""
     import torch
 
@@ -104,18 +110,25 @@ def throughput(model: Path, device: str, lookaheads, streams_list, audio, decode
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
                 base = torch.cuda.memory_allocated()
-            streams = [rec.create_stream() for _ in range(n)]
             step_s: list[float] = []
-            started = time.perf_counter()
-            for i in range(0, len(audio), block):
-                for s in streams:
-                    s.accept(16000, audio[i : i + block])
-                while True:
-                    t0 = time.perf_counter()
-                    stepped = any(rec.decode_batch(streams))  # synchronised on CUDA
-                    if not stepped:
-                        break
-                    step_s.append(time.perf_counter() - t0)
+            try:
+                streams = [rec.create_stream() for _ in range(n)]
+                started = time.perf_counter()
+                for i in range(0, len(audio), block):
+                    for s in streams:
+                        s.accept(16000, audio[i : i + block])
+                    while True:
+                        t0 = time.perf_counter()
+                        stepped = any(rec.decode_batch(streams))  # synchronised on CUDA
+                        if not stepped:
+                            break
+                        step_s.append(time.perf_counter() - t0)
+            except torch.cuda.OutOfMemoryError:
+                streams = []
+                rows.append({"att_context_size": list(la), "decoder": decoder, "streams": n,
+                             "error": "out of device memory"})
+                print(json.dumps(rows[-1]), file=sys.stderr)
+                break
             wall = time.perf_counter() - started
             row = {
                 "att_context_size": list(la),
@@ -132,7 +145,45 @@ def throughput(model: Path, device: str, lookaheads, streams_list, audio, decode
                 row["gpu_mib_per_stream"] = round(peak / n / 2**20, 2)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr)
+            streams = []
+            if stop_past_chunk and row["step_ms_p99"] > row["chunk_ms"]:
+                break
     return rows
+
+
+def held(rows: list[dict]) -> list[dict]:
+    """Per look-ahead: the most streams whose step p99 fits in a chunk, and the most whose
+    whole loop (features and steps, one thread) kept up with real time (0 if none)."""
+    out: dict[tuple, dict] = {}
+    for row in rows:
+        if "error" in row:
+            continue
+        key = tuple(row["att_context_size"])
+        best = out.setdefault(key, {"att_context_size": list(key), "chunk_ms": row["chunk_ms"],
+                                    "step_fits_chunk": 0, "loop_keeps_up": 0})
+        if row["step_ms_p99"] <= row["chunk_ms"]:
+            best["step_fits_chunk"] = max(best["step_fits_chunk"], row["streams"])
+        if row["rtf_per_stream"] * row["streams"] <= 1.0:
+            best["loop_keeps_up"] = max(best["loop_keeps_up"], row["streams"])
+    return list(out.values())
+
+
+def nemo_version() -> str:
+    """The installed nemo_toolkit's version."""
+    from importlib.metadata import version
+
+    return version("nemo_toolkit")
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version from nvidia-smi, or None without one."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    done = subprocess.run(
+        ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+        capture_output=True, text=True, check=False,
+    )
+    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout else None
 
 
 def main() -> None:
@@ -144,6 +195,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="audio per stream")
     parser.add_argument("--decoder", default="ctc", choices=("ctc", "rnnt"))
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--stop-past-chunk", action="store_true",
+                        help="end a look-ahead's ladder once the step p99 exceeds the chunk")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "nemo_throughput.json")
     args = parser.parse_args()
 
@@ -153,20 +206,26 @@ def main() -> None:
     lookaheads = [tuple(int(v) for v in la.split(",")) for la in args.lookaheads.split("/")]
     streams_list = [int(n) for n in args.streams.split(",")]
     audio, audio_kind = test_audio(args.seconds)
+    parity_rows = parity(args.model, args.device, lookaheads, audio[: 16000 * 5])
+    rows = throughput(args.model, args.device, lookaheads, streams_list, audio, args.decoder,
+                      args.stop_past_chunk)
+    model = NemoRecognizer(args.model, "cpu", lookaheads[0], args.decoder).model
     report = {
         "model": args.model.name,
+        "model_params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 1),
         "device": args.device,
         "device_name": (
             torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
         ),
+        "driver": driver_version() if args.device.startswith("cuda") else None,
         "torch": torch.__version__,
+        "nemo": nemo_version(),
         "cpu_threads": args.threads,
         "python": platform.python_version(),
         "audio": f"{audio_kind}, {args.seconds} s per stream",
-        "parity": parity(args.model, args.device, lookaheads, audio[: 16000 * 5]),
-        "throughput": throughput(
-            args.model, args.device, lookaheads, streams_list, audio, args.decoder
-        ),
+        "parity": parity_rows,
+        "throughput": rows,
+        "held": held(rows),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
