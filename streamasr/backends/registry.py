@@ -205,6 +205,17 @@ def load_recognizer(
     return (entry or choose_backend(model, backend)).load(model, options)
 
 
+def settings_budget(settings: Mapping[str, Any]) -> Any:
+    """The latency budget of settings alone (no model read), by the built-in engine whose
+    settings they are; None when no engine claims them."""
+    for entry in _builtin():
+        if entry.arithmetic is not None:
+            budget = entry.arithmetic(settings)
+            if budget is not None:
+                return budget
+    return None
+
+
 def installed(plugins: bool = True) -> list[BackendEntry]:
     """The built-in backends and every installed plugin that loads, quietly: for building
     the command line's options (a broken plugin says what is wrong when it is asked for).

@@ -32,7 +32,6 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
 
-from streamasr import __version__
 from streamasr.distribution.cache import (
     NAME_RE,
     NEMO_SUFFIX,
@@ -56,6 +55,7 @@ from streamasr.distribution.extract import CorruptArchive, safe_extract
 from streamasr.distribution.manifest import MANIFEST_FORMAT, hash_tree, sha256_file, write_manifest
 from streamasr.distribution.pins import Pin, pin_mismatch, read_pin, write_pin
 from streamasr.errors import ModelError, UsageError
+from streamasr.version import __version__
 
 log = logging.getLogger("streamasr")
 

@@ -274,8 +274,3 @@ def encode_audio(audio: np.ndarray, fmt: str = "s16le") -> bytes:
         clipped = np.clip(np.round(audio * 32768.0), -32768, 32767)
         return clipped.astype("<i2").tobytes()
     return np.asarray(audio, "<f4").tobytes()
-
-
-def end_message() -> str:
-    """The text message that ends an utterance's input."""
-    return json.dumps({"type": "end"})

@@ -6,7 +6,9 @@ entry whether it recognises a model before one is loaded.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from streamasr.backends.base import BackendEntry, EngineOptions, Recognizer
 from streamasr.backends.sherpa.options import OPTIONS, SherpaSettings
@@ -50,6 +52,16 @@ def _budget(model: str | None, options: EngineOptions, measure: bool) -> object:
     return model_budget(model, options, measure)
 
 
+def _arithmetic(settings: Mapping[str, Any]) -> object:
+    """Textbook zipformer2 arithmetic for a chunk alone (no model read)."""
+    from streamasr.backends.sherpa.budget import budget_for_zipformer2_chunk
+
+    chunk = settings.get("chunk")
+    if chunk is None or settings.get("att_context_size") is not None:
+        return None
+    return budget_for_zipformer2_chunk(int(chunk))
+
+
 BACKEND = BackendEntry(
     name=NAME,
     summary="sherpa-onnx streaming Zipformer transducer / CTC exports, CPU",
@@ -59,4 +71,5 @@ BACKEND = BackendEntry(
     options=OPTIONS,
     label="sherpa-onnx",
     budget=_budget,
+    arithmetic=_arithmetic,
 )
