@@ -200,6 +200,12 @@ class BackendEntry:
     budget: Callable[[str | None, EngineOptions, bool], Any] | None = None
     # settings by name (chunk, att_context_size, style, layers, subsampling) -> LatencyBudget
     arithmetic: Callable[[Mapping[str, Any]], Any] | None = None
+    # the model store's hooks (distribution/ imports no engine): refuse a single-file model
+    # before it is installed; make an installed folder's first load quick; describe a local
+    # folder for `models list` (a FolderFacts, or None when the folder is not this engine's)
+    check_file: Callable[[Path], None] | None = None
+    prepare_folder: Callable[[Path], None] | None = None
+    describe: Callable[[Path], Any] | None = None
 
     @property
     def title(self) -> str:

@@ -28,7 +28,7 @@ import numpy as np
 
 from streamasr.audio import MAX_RATE_HZ, MIN_RATE_HZ
 from streamasr.backends.base import EndpointOptions
-from streamasr.commands.common import RULE_S_RANGE
+from streamasr.endpointing import RULE_S_RANGE
 from streamasr.errors import InputError
 from streamasr.stream import StreamOptions
 

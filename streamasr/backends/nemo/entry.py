@@ -86,6 +86,19 @@ def _arithmetic(settings: Mapping[str, Any]) -> object:
     )
 
 
+def _check_file(path: Path) -> None:
+    """What NeMo would run or read on load is refused before a pulled `.nemo` is installed."""
+    from streamasr.backends.nemo.archive import check_file
+
+    check_file(path)
+
+
+def _describe(directory: Path) -> object:
+    from streamasr.distribution.local_models import FolderFacts
+
+    return FolderFacts(engine="nemo") if any(directory.glob("*.nemo")) else None
+
+
 BACKEND = BackendEntry(
     name="nemo",
     summary="NVIDIA NeMo cache-aware FastConformer (.nemo), CUDA or CPU",
@@ -96,4 +109,6 @@ BACKEND = BackendEntry(
     label="NeMo",
     lacks=LACKS,
     arithmetic=_arithmetic,
+    check_file=_check_file,
+    describe=_describe,
 )

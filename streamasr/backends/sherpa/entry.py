@@ -31,8 +31,8 @@ def _recognises(model: str | None) -> bool:
 
     sherpa-onnx is also the default backend, so this only has to be right when asked first.
     """
-    from streamasr.backends.sherpa.modeldir import bundled_models_dir
     from streamasr.distribution import catalog
+    from streamasr.distribution.local_models import bundled_models_dir
 
     if model is None:
         return True
@@ -62,6 +62,18 @@ def _arithmetic(settings: Mapping[str, Any]) -> object:
     return budget_for_zipformer2_chunk(int(chunk))
 
 
+def _prepare_folder(directory: Path) -> None:
+    from streamasr.backends.sherpa.graph_cache import prepare_folder
+
+    prepare_folder(directory)
+
+
+def _describe(directory: Path) -> object:
+    from streamasr.backends.sherpa.modeldir import describe_folder
+
+    return describe_folder(directory)
+
+
 BACKEND = BackendEntry(
     name=NAME,
     summary="sherpa-onnx streaming Zipformer transducer / CTC exports, CPU",
@@ -72,4 +84,6 @@ BACKEND = BackendEntry(
     label="sherpa-onnx",
     budget=_budget,
     arithmetic=_arithmetic,
+    prepare_folder=_prepare_folder,
+    describe=_describe,
 )
