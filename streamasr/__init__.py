@@ -1,6 +1,8 @@
 """streamasr: streaming speech transcription with honest latency figures."""
 
-__version__ = "0.1.0"
+from streamasr.version import __version__
+
+__all__ = ["__version__"]
 
 
 def __getattr__(name: str) -> object:

@@ -10,9 +10,9 @@ from typing import Any
 import typer
 from typer.core import TyperOption
 
-from streamasr import __version__
 from streamasr.commands import coerce
 from streamasr.commands.lazy import LazyCommand, lazy_group
+from streamasr.version import __version__
 
 coerce.install()  # plain option values without pydantic (streamasr/commands/coerce.py)
 

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 from streamasr.backends.base import EndpointOptions, Hypothesis
 
+#: where an endpoint rule (--rule1/2/3, a session's rule1_s ...) makes sense, in seconds
+RULE_S_RANGE = (0.01, 3600.0)
+
 # float slack so 30 x 0.04 s of silence counts as 1.2 s
 _EPSILON_S = 1e-6
 

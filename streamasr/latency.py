@@ -19,13 +19,15 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from streamasr.backends.base import BackendInfo, Recognizer
 from streamasr.errors import ModelError, UsageError
 from streamasr.mask import UNLIMITED
+
+if TYPE_CHECKING:  # types only: engines build budgets from this module
+    from streamasr.backends.base import BackendInfo, Recognizer
 
 log = logging.getLogger("streamasr")
 

@@ -1,18 +1,19 @@
-"""The shape of the code: no import cycle between modules of `streamasr/`, no module over 500 lines.
+"""The shape of the code: layers that hold, no import cycle, engines kept in backends/, no
+module over 500 lines.
 
-What counts as an import: every `import` / `from ... import` that runs when the module is
-imported, i.e. at module level, in class bodies and in module-level `if`/`try`/`with` blocks,
-but not inside functions and not under `if TYPE_CHECKING:`. A cycle through such imports is
-the real problem: which module is half-initialised depends on which one was imported first.
-Imports inside functions run later, on a fully imported package, and are how optional
-dependencies stay lazy; they are not counted.
+What counts as an import: every `import` / `from ... import` in a module, at module level or
+inside a function (an import in a function is still an arrow between the two modules: it runs
+later, but the modules depend on each other all the same), except under `if TYPE_CHECKING:`,
+which never runs. `import_time_graph` keeps the narrower view too (module level only), for the
+question of which module is half-initialised when a cycle is imported.
 
 `from package import name` is an edge to `package.name` when that is a module, else to
 `package` itself. Importing `a.b.c` also runs `a/__init__.py` and `a/b/__init__.py`, but
 those implicit edges are not counted: a package's `__init__` that re-exports its submodules
 would otherwise form a "cycle" with each of them, which Python handles by design.
 
-The graph is read from the source files with `ast`; nothing is imported.
+The layers are listed in docs/development.md ("Layers"); `LAYERS` below is that list. The
+graph is read from the source files with `ast`; nothing is imported.
 """
 
 from __future__ import annotations
@@ -43,31 +44,41 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _import_time_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """The statements that run when the module is imported (functions' bodies do not)."""
+def _import_time_statements(
+    body: list[ast.stmt], functions: bool = False
+) -> Iterator[ast.stmt]:
+    """The statements that run when the module is imported (functions' bodies do not), or,
+    with `functions`, every statement that can run (all but `if TYPE_CHECKING:` blocks)."""
     for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if functions:
+                yield from _import_time_statements(node.body, functions)
             continue
         yield node
         if isinstance(node, ast.If):
             if not _is_type_checking(node.test):
-                yield from _import_time_statements(node.body)
-            yield from _import_time_statements(node.orelse)
+                yield from _import_time_statements(node.body, functions)
+            yield from _import_time_statements(node.orelse, functions)
         elif isinstance(node, ast.Try):
             for block in (node.body, node.orelse, node.finalbody):
-                yield from _import_time_statements(block)
+                yield from _import_time_statements(block, functions)
             for handler in node.handlers:
-                yield from _import_time_statements(handler.body)
-        elif isinstance(node, (ast.With, ast.ClassDef)):
-            yield from _import_time_statements(node.body)
+                yield from _import_time_statements(handler.body, functions)
+        elif isinstance(node, (ast.With, ast.AsyncWith, ast.ClassDef)):
+            yield from _import_time_statements(node.body, functions)
+        elif functions and isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            yield from _import_time_statements(node.body + node.orelse, functions)
 
 
-def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
-    """The package modules `name` imports at import time."""
+def imported_modules(
+    name: str, path: Path, known: set[str], functions: bool = False, external: bool = False
+) -> set[str]:
+    """The package modules `name` imports at import time (with `functions`, anywhere but
+    under TYPE_CHECKING); with `external`, the top-level names of other packages too."""
     is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     found: set[str] = set()
-    for node in _import_time_statements(tree.body):
+    for node in _import_time_statements(tree.body, functions):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -81,13 +92,22 @@ def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
             for alias in node.names:
                 child = f"{target}.{alias.name}"
                 found.add(child if child in known else target)
+    if external:
+        return {m.split(".")[0] for m in found if m and not m.startswith("streamasr")}
     return {m for m in found if m in known and m != name}
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(functions: bool = True) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (anywhere that can run, by default)."""
     modules = source_modules()
     known = set(modules)
-    return {name: imported_modules(name, path, known) for name, path in modules.items()}
+    return {
+        name: imported_modules(name, path, known, functions) for name, path in modules.items()
+    }
+
+
+def import_time_graph() -> dict[str, set[str]]:
+    return import_graph(functions=False)
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -159,13 +179,115 @@ def test_the_cycle_finder_finds_a_cycle_and_only_cycles() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+def test_the_full_graph_sees_imports_inside_functions_but_not_type_checking(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from streamasr import stream\n"
+        "def f():\n    from streamasr import api\n    for _ in ():\n"
+        "        import streamasr.tokens\n    import sherpa_onnx\n",
+        encoding="utf-8",
+    )
+    known = set(source_modules())
+    assert imported_modules("streamasr.probe", source, known, functions=True) == {
+        "streamasr.api", "streamasr.tokens",
+    }
+    assert imported_modules("streamasr.probe", source, known, True, external=True) == {
+        "typing", "sherpa_onnx",
+    }
+
+
 def test_no_import_cycle_inside_the_package() -> None:
+    """No cycle, counting imports inside functions: a lazy import is still a dependency."""
     graph = import_graph()
     assert len(graph) > 50  # the whole package was read, not an empty folder
     found = cycles(graph)
-    assert not found, "import cycles (module-level imports):\n" + "\n".join(
+    assert not found, "import cycles (imports anywhere but under TYPE_CHECKING):\n" + "\n".join(
         _edges_within(c, graph) for c in found
     )
+
+
+#: Top to bottom: a module may import from its own layer or any layer below, never above.
+#: The same list, with what each layer is for, is in docs/development.md ("Layers").
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("entry", frozenset({"__main__", "cli", "streamasr"})),
+    ("commands", frozenset({"commands/"})),
+    ("services", frozenset({"server/", "cluster/"})),
+    ("runs", frozenset({"bench/", "live", "api"})),
+    ("sessions", frozenset({
+        "driver", "batch", "stream", "endpointing", "vad/", "punctuation", "onset", "render",
+        "render_bars", "progress", "level", "captions", "events", "mic", "mic_devices",
+        "wav_writer", "interrupts",
+    })),
+    ("engines", frozenset({"backends/"})),
+    ("foundations", frozenset({
+        "distribution/", "latency", "mask", "tokens", "prefix", "resample", "cuda", "audio/",
+        "config", "errors", "version",
+    })),
+)
+
+#: Engine packages, imported only under backends/ and by the named sherpa-onnx components
+ENGINE_PACKAGES = frozenset({"sherpa_onnx", "nemo", "torch", "onnxruntime"})
+SHERPA_COMPONENTS = frozenset({"streamasr.punctuation", "streamasr.vad.silero"})
+
+
+def unit_of(module: str) -> str:
+    """A module's place in LAYERS: its folder under streamasr/ ("server/"), or its name."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "streamasr"
+    if (PACKAGE / parts[1]).is_dir():
+        return parts[1] + "/"
+    return parts[1]
+
+
+def layer_of(module: str) -> int:
+    unit = unit_of(module)
+    for depth, (_name, units) in enumerate(LAYERS):
+        if unit in units:
+            return depth
+    raise AssertionError(f"{module} ({unit}) is in no layer: add it to LAYERS and to "
+                         "docs/development.md")
+
+
+def test_every_module_has_a_layer_and_no_arrow_runs_up() -> None:
+    upward = [
+        f"{a} ({LAYERS[layer_of(a)][0]}) -> {b} ({LAYERS[layer_of(b)][0]})"
+        for a, targets in sorted(import_graph().items())
+        for b in sorted(targets)
+        if layer_of(b) < layer_of(a)
+    ]
+    assert not upward, "imports that run up a layer:\n" + "\n".join(upward)
+
+
+def test_the_layers_in_the_manual_are_the_tests_layers() -> None:
+    manual = (PACKAGE.parent / "docs" / "development.md").read_text(encoding="utf-8")
+    for name, units in LAYERS:
+        line = next((ln for ln in manual.splitlines() if ln.startswith(f"| {name} |")), None)
+        assert line is not None, f"docs/development.md has no row for the {name} layer"
+        for unit in units:
+            assert f"`{unit}`" in line, f"docs/development.md: {unit} missing from {name}"
+
+
+def test_engines_are_imported_only_by_backends() -> None:
+    """sherpa-onnx, NeMo and torch (and the engine packages under backends/) are the
+    engines' own; outside backends/ only the named sherpa-onnx components use one."""
+    modules = source_modules()
+    known = set(modules)
+    leaks = []
+    for name, path in modules.items():
+        if name.startswith("streamasr.backends") or name in SHERPA_COMPONENTS:
+            continue
+        outside = imported_modules(name, path, known, functions=True, external=True)
+        inside = imported_modules(name, path, known, functions=True)
+        leaks += [f"{name} -> {m}" for m in sorted(outside & ENGINE_PACKAGES)]
+        leaks += [
+            f"{name} -> {m}" for m in sorted(inside)
+            if m.startswith(("streamasr.backends.sherpa", "streamasr.backends.nemo"))
+        ]
+    assert not leaks, "engine modules imported outside backends/:\n" + "\n".join(leaks)
 
 
 def test_no_module_is_over_500_lines() -> None:

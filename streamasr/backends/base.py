@@ -182,7 +182,8 @@ class BackendEntry:
     `devices`: "cpu", and "cuda" if it can run there. `label` names its models in messages
     ("NeMo"); `lacks` maps an option kind the engine does not have to the sentence it says
     when given another engine's option of that kind. `budget` is the engine's own latency
-    arithmetic for `streamasr latency --model`.
+    arithmetic for `streamasr latency --model`; `arithmetic` its budget from settings alone
+    (`streamasr latency --chunk 16`, no model read), None when the settings are not its own.
     """
 
     name: str
@@ -197,6 +198,14 @@ class BackendEntry:
     # (model, options, measure) -> its LatencyBudget (streamasr.latency), measured if asked;
     # None: latency loads the model and derives the budget from what it declares
     budget: Callable[[str | None, EngineOptions, bool], Any] | None = None
+    # settings by name (chunk, att_context_size, style, layers, subsampling) -> LatencyBudget
+    arithmetic: Callable[[Mapping[str, Any]], Any] | None = None
+    # the model store's hooks (distribution/ imports no engine): refuse a single-file model
+    # before it is installed; make an installed folder's first load quick; describe a local
+    # folder for `models list` (a FolderFacts, or None when the folder is not this engine's)
+    check_file: Callable[[Path], None] | None = None
+    prepare_folder: Callable[[Path], None] | None = None
+    describe: Callable[[Path], Any] | None = None
 
     @property
     def title(self) -> str:

@@ -20,6 +20,7 @@ import dataclasses
 import importlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -32,6 +33,8 @@ from streamasr.backends.base import (
     Recognizer,
     RecognizerStream,
 )
+from streamasr.distribution.hooks import InstallHooks
+from streamasr.distribution.local_models import FolderFacts
 from streamasr.errors import DependencyError, StreamAsrError, UsageError
 
 if TYPE_CHECKING:
@@ -203,6 +206,46 @@ def load_recognizer(
     """Load `model` with the backend that fits it: the only way commands open an engine.
     `entry`: the backend already chosen for the options (so it is not chosen twice)."""
     return (entry or choose_backend(model, backend)).load(model, options)
+
+
+def settings_budget(settings: Mapping[str, Any]) -> Any:
+    """The latency budget of settings alone (no model read), by the built-in engine whose
+    settings they are; None when no engine claims them."""
+    for entry in _builtin():
+        if entry.arithmetic is not None:
+            budget = entry.arithmetic(settings)
+            if budget is not None:
+                return budget
+    return None
+
+
+def install_hooks() -> InstallHooks:
+    """What the built-in engines do to a model the store installs (`models pull`, a Ray
+    node's pull): each engine's check of a single-file model, and its preparation of a folder."""
+    entries = _builtin()
+
+    def check_file(path: Path) -> None:
+        for entry in entries:
+            if entry.check_file is not None:
+                entry.check_file(path)
+
+    def prepare_folder(directory: Path) -> None:
+        for entry in entries:
+            if entry.prepare_folder is not None:
+                entry.prepare_folder(directory)
+
+    return InstallHooks(check_file=check_file, prepare_folder=prepare_folder)
+
+
+def describe_folder(directory: Path) -> FolderFacts:
+    """Engine, kind, token type and chunks of a local model folder, by the engine whose
+    folder it is; unknown facts when none says."""
+    for entry in _builtin():
+        if entry.describe is not None:
+            facts = entry.describe(directory)
+            if facts is not None:
+                return facts  # type: ignore[no-any-return]
+    return FolderFacts()
 
 
 def installed(plugins: bool = True) -> list[BackendEntry]:

@@ -14,12 +14,12 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from streamasr.bench import tables
+from streamasr.bench.rows import BadRow, Utterance
+from streamasr.bench.tables import TableColumns
 from streamasr.errors import DatasetError
-
-if TYPE_CHECKING:
-    from streamasr.bench.tables import TableColumns
 
 log = logging.getLogger("streamasr")
 
@@ -28,31 +28,6 @@ FORMATS = ("librispeech", "kaldi", "jsonl", "table")
 # transcripts of a LibriSpeech-style folder: `<id> TEXT` lines, audio `<id>.<ext>` beside them
 TRANSCRIPT_GLOBS = ("*.trans.txt", "trans.txt")
 SPAN_SLACK_S = 0.05  # a span may end this far past the audio (rounding in alignments)
-
-
-@dataclass(frozen=True)
-class Utterance:
-    """One test item: audio, reference text, and the speech span when the dataset knows it."""
-
-    id: str
-    audio: Path
-    text: str
-    origin: str  # "file:line" where the row came from, for messages
-    duration_s: float | None = None
-    speech_onset_s: float | None = None  # from the dataset (alignments); None: detect
-    speech_end_s: float | None = None
-
-
-@dataclass(frozen=True)
-class BadRow:
-    """A row that was skipped, with where it is and why."""
-
-    file: str
-    line: int
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -117,9 +92,7 @@ def load_dataset(
     if chosen == "kaldi" and root.is_file():
         root = root.parent
     if chosen == "table":
-        from streamasr.bench import tables
-
-        utterances, bad = tables.read_table(root, columns or tables.TableColumns())
+        utterances, bad = tables.read_table(root, columns or TableColumns())
     else:
         reader = {"librispeech": _read_librispeech, "kaldi": _read_kaldi, "jsonl": _read_jsonl}
         utterances, bad = reader[chosen](root)

@@ -24,12 +24,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from streamasr import __version__
 from streamasr.backends.base import BackendInfo
 from streamasr.bench.datasets import Dataset
 from streamasr.bench.metrics import percentiles, total_counts
 from streamasr.bench.runner import UtteranceRecord
 from streamasr.distribution.manifest import sha256_file
+from streamasr.version import __version__
 
 SCHEMA = "streamasr-bench/1"
 

@@ -12,7 +12,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamasr.bench.datasets import BadRow, Utterance
+from streamasr.bench.rows import BadRow, Utterance
 from streamasr.errors import DatasetError
 
 TABLE_SUFFIXES = (".tsv", ".csv")

@@ -426,24 +426,3 @@ def worker_pool(
         graceful = True
     finally:
         pool.close(graceful)
-
-
-def run_in_workers(
-    model: str | None,
-    backend: str | None,
-    engine: EngineOptions,
-    utterances: Sequence[Utterance],
-    options: RunOptions,
-    workers: int,
-    on_done: Callable[[UtteranceRecord], None] = lambda record: None,
-) -> list[UtteranceRecord]:
-    """Decode each utterance in one of `workers` processes; records in dataset order.
-
-    Every record finished before an interruption has gone to `on_done`.
-    """
-    check_workers(workers)
-    if not utterances:
-        return []
-    workers = min(workers, len(utterances))
-    with worker_pool(model, backend, engine, options, workers) as pool:
-        return pool.run(utterances, options, on_done)

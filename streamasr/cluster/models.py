@@ -118,13 +118,14 @@ def _load(spec: ModelSpec) -> Recognizer:
 
 def _pull_if_missing(source: PullSource | None) -> None:
     """Install a released model this node has not got, checksummed as `models pull` does."""
+    from streamasr.backends.registry import install_hooks
     from streamasr.distribution.cache import find_cached
     from streamasr.distribution.install import pull
 
     if source is None or find_cached(source.name) is not None:
         return
     log.info("node %s: pulling %s into its model cache", node_name(), source.name)
-    pull(source.name, url=source.url, sha256=source.sha256)
+    pull(source.name, url=source.url, sha256=source.sha256, hooks=install_hooks())
 
 
 def check_files(spec: ModelSpec, recognizer: Recognizer) -> None:

@@ -31,7 +31,6 @@ EXIT_INTERRUPTED = 130
 # on useful settings.
 BLOCK_MS_RANGE = (1.0, 60_000.0)  # a feed block from 1 ms to one minute
 TAIL_PADDING_RANGE = (0.0, 30.0)  # seconds of silence appended at the end of input
-RULE_S_RANGE = (0.01, 3600.0)  # endpoint rules, seconds
 CHUNK_RANGE = (1, 1024)  # 50 Hz frames: 20 ms to 20 s
 __all__ = ["DEFAULT_THREADS", "THREADS_MAX", "check_number", "check_threads"]  # one of each
 

@@ -18,11 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from streamasr.backends.base import DEFAULT_THREADS, BackendEntry
-from streamasr.backends.nemo.budget import nemo_budget
-from streamasr.backends.sherpa.budget import (
-    PUBLISHED_ALIASES,
-    budget_for_zipformer2_chunk,
-)
+from streamasr.backends.registry import settings_budget
 from streamasr.commands.common import (
     CHUNK_RANGE,
     check_number,
@@ -39,6 +35,7 @@ from streamasr.commands.latency_options import (
     stdout_console,
 )
 from streamasr.commands.options import engine_values
+from streamasr.distribution import catalog
 from streamasr.errors import UsageError
 from streamasr.latency import (
     LatencyBudget,
@@ -50,10 +47,10 @@ from streamasr.latency import (
 from streamasr.mask import (
     MAX_LAYERS,
     UNLIMITED,
-    parse_att_context_size,
 )
 
 MEASURE_STEPS = 12
+RELEASED_ALIASES = tuple(alias for entry in catalog.CATALOG for alias in entry.aliases)
 DEFAULT_BACKEND = "sherpa-onnx"  # the registry's default: released names not on disk go here
 
 
@@ -98,10 +95,9 @@ def build_budget(
                 "--chunk, --left-chunks and --measure, or add --model MODEL.nemo to load "
                 "(and --measure) that trained look-ahead"
             )
-        left, right = parse_att_context_size(att_context_size)
-        return nemo_budget(
-            left, right, style=style or "chunked_limited", layers=layers or 17,
-            subsampling=subsampling or 8,
+        return _settings_budget(
+            att_context_size=att_context_size, style=style, layers=layers,
+            subsampling=subsampling,
         )
     if style is not None or layers is not None:
         raise UsageError("--style and --layers describe NeMo masks; use them with "
@@ -121,13 +117,21 @@ def build_budget(
     if left_chunks is not None:
         raise UsageError("--left-chunks goes with --chunk N --subsampling S (WeNet U2 style)")
     if model is None and not measure and chunk is not None and backend is None:
-        return budget_for_zipformer2_chunk(chunk)
+        return _settings_budget(chunk=chunk)
     given = {
         "chunk": chunk, "att_context_size": att_context_size, "decoder": decoder,
         "fp32": fp32 or None, **(engine or {}),
     }
     entry = _entry_of(model, backend)
     return _backend_budget(model, backend, entry, given, device, measure, threads)
+
+
+def _settings_budget(**settings: object) -> LatencyBudget:
+    """The arithmetic of settings alone, from the engine that owns them."""
+    budget = settings_budget(settings)
+    if budget is None:  # every built-in engine declares its arithmetic
+        raise UsageError("no engine describes these settings; add --model MODEL")
+    return budget  # type: ignore[no-any-return]
 
 
 def _entry_of(model: str | None, backend: str | None) -> BackendEntry:
@@ -137,8 +141,6 @@ def _entry_of(model: str | None, backend: str | None) -> BackendEntry:
     backend's path), which knows NeMo releases too.
     """
     from streamasr.backends.registry import choose_backend, find_backend
-    from streamasr.distribution import catalog
-
     if backend is None and model is not None and not Path(model).exists():
         if catalog.find(model) is not None:
             return find_backend(DEFAULT_BACKEND)
@@ -197,7 +199,7 @@ def latency_command(
         str | None,
         typer.Option(
             "--model", "-m",
-            help="Released model name (" + ", ".join(PUBLISHED_ALIASES) + "; pulled ones "
+            help="Released model name (" + ", ".join(RELEASED_ALIASES) + "; pulled ones "
             "are found in the cache for --measure), a model directory, or an encoder .onnx "
             "file.",
         ),

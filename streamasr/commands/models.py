@@ -25,7 +25,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from streamasr.backends.sherpa.modeldir import bundled_models_dir, list_bundled
+from streamasr.backends.registry import describe_folder, install_hooks
 from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup_logging
 from streamasr.distribution import install
 from streamasr.distribution.cache import (
@@ -38,7 +38,7 @@ from streamasr.distribution.cache import (
 )
 from streamasr.distribution.catalog import CATALOG, find
 from streamasr.distribution.download import DEFAULT_TIMEOUT_S, ProgressFn
-from streamasr.distribution.local_models import describe_folder
+from streamasr.distribution.local_models import bundled_models_dir, list_bundled
 from streamasr.distribution.manifest import MANIFEST_NAME
 from streamasr.errors import ModelError, UsageError
 
@@ -309,7 +309,9 @@ def pull_with_progress(name: str, **options: Any) -> install.PullResult:
 
     try:
         with _progress_bar(name) as (progress, stage):
-            return install.pull(name, progress=counting, stage=stage, **options)
+            return install.pull(
+                name, progress=counting, stage=stage, hooks=install_hooks(), **options
+            )
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: say what is kept, then stop
         err_console.print(
             f"stopped: {received[0] / (1 << 20):.1f} MB downloaded so far is kept; run the "

@@ -42,12 +42,12 @@ from streamasr.backends.base import (
 )
 from streamasr.backends.options import EngineOption
 from streamasr.commands.common import (
-    RULE_S_RANGE,
     check_number,
     check_stream_numbers,
     err_console,
     onset_options,
 )
+from streamasr.endpointing import RULE_S_RANGE
 from streamasr.errors import UsageError
 from streamasr.stream import DEFAULT_TAIL_PADDING_S, StreamOptions
 from streamasr.vad import vad_options

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import urlparse
 
-from streamasr import __version__
 from streamasr.errors import ModelError
+from streamasr.version import __version__
 
 log = logging.getLogger("streamasr")
 

@@ -32,7 +32,6 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
 
-from streamasr import __version__
 from streamasr.distribution.cache import (
     NAME_RE,
     NEMO_SUFFIX,
@@ -53,9 +52,11 @@ from streamasr.distribution.download import (
     mb,
 )
 from streamasr.distribution.extract import CorruptArchive, safe_extract
+from streamasr.distribution.hooks import NO_HOOKS, InstallHooks
 from streamasr.distribution.manifest import MANIFEST_FORMAT, hash_tree, sha256_file, write_manifest
 from streamasr.distribution.pins import Pin, pin_mismatch, read_pin, write_pin
 from streamasr.errors import ModelError, UsageError
+from streamasr.version import __version__
 
 log = logging.getLogger("streamasr")
 
@@ -194,6 +195,7 @@ def pull(
     min_window_bytes: int = MIN_WINDOW_BYTES,
     max_download_mb: float | None = None,
     accept_new_checksum: bool = False,
+    hooks: InstallHooks = NO_HOOKS,
 ) -> PullResult:
     """Download (or take `archive`), check, unpack safely and install a model into the cache.
 
@@ -233,6 +235,7 @@ def pull(
             retries=retries, timeout_s=timeout_s, retry_wait_s=retry_wait_s,
             max_unpacked_mb=max_unpacked_mb, min_window_bytes=min_window_bytes,
             max_download_mb=max_download_mb, accept_new_checksum=accept_new_checksum,
+            hooks=hooks,
         )
     except OSError as exc:  # the cache itself failed us: full, out of inodes, read-only
         raise ModelError(cache_failure(root, exc)) from exc
@@ -242,7 +245,7 @@ def _pull_into(
     target: PullTarget, root: Path, name: str, *, archive: Path | None, force: bool,
     progress: ProgressFn | None, stage: StageFn | None, retries: int, timeout_s: float,
     retry_wait_s: float, max_unpacked_mb: float | None, min_window_bytes: int,
-    max_download_mb: float | None, accept_new_checksum: bool,
+    max_download_mb: float | None, accept_new_checksum: bool, hooks: InstallHooks,
 ) -> PullResult:
     """`pull` once the target and the cache are settled: under the model's lock."""
     final = root / target.name
@@ -297,7 +300,7 @@ def _pull_into(
                 directory, files = _install(
                     source_path, root, final, target, force, manifest,
                     unpacked_cap_bytes(target, source_bytes, max_unpacked_mb),
-                    move_source=archive is None,
+                    move_source=archive is None, hooks=hooks,
                 )
             except CorruptArchive as exc:
                 if archive is None:
@@ -324,9 +327,7 @@ def _pull_into(
         log.warning("%s: the pinned sha256 %s was replaced by %s", target.name, replaced,
                     archive_sha)
     log.info("installed %s in %s", target.name, directory)
-    from streamasr.backends.sherpa.graph_cache import prepare_folder
-
-    prepare_folder(directory)  # optimised graphs now, so the first load is a quick one
+    hooks.prepare_folder(directory)  # optimised graphs now, so the first load is a quick one
     return PullResult(
         target.name, directory, False, archive_sha, target.checksum_source, len(files),
         sum(int(f["bytes"]) for f in files.values()),  # type: ignore[call-overload]
@@ -387,7 +388,7 @@ def _check_archive(path: Path, target: PullTarget, remove_on_mismatch: bool,
 
 def _install(
     source: Path, root: Path, final: Path, target: PullTarget, force: bool,
-    manifest: dict[str, object], cap_bytes: int, move_source: bool,
+    manifest: dict[str, object], cap_bytes: int, move_source: bool, hooks: InstallHooks,
 ) -> tuple[Path, dict[str, dict[str, object]]]:
     """Unpack into a fresh temporary folder in the cache, write the manifest, rename it in."""
     name = target.name
@@ -398,7 +399,8 @@ def _install(
             model_root = _model_root(temp, source)
         else:
             model_root = temp
-            _place_single_file(source, temp / target.file_name, cap_bytes, move_source)
+            _place_single_file(source, temp / target.file_name, cap_bytes, move_source,
+                               hooks.check_file)
         files = hash_tree(model_root)
         write_manifest(model_root, {**manifest, "files": files})
         old = None
@@ -417,7 +419,8 @@ def _install(
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _place_single_file(source: Path, dest: Path, cap_bytes: int, move: bool) -> None:
+def _place_single_file(source: Path, dest: Path, cap_bytes: int, move: bool,
+                       check_file: Callable[[Path], None]) -> None:
     """Put a `.nemo` into the temporary folder: moved if downloaded, copied if the user's."""
     size = source.stat().st_size
     if size > cap_bytes:
@@ -431,8 +434,6 @@ def _place_single_file(source: Path, dest: Path, cap_bytes: int, move: bool) -> 
             "model_config.yaml); the download may be damaged or the address wrong"
         )
     # what NeMo would run or read on load is refused now, before it enters the cache
-    from streamasr.backends.nemo.archive import check_file
-
     check_file(source)
     if move:
         os.replace(source, dest)

@@ -7,10 +7,9 @@ metadata, tokens.txt), read without loading any weights.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
-
-from streamasr.errors import StreamAsrError
 
 UNKNOWN = "?"
 
@@ -32,18 +31,22 @@ class FolderFacts:
         return "/".join(str(c * 20) for c in self.chunks) + " ms"
 
 
-def describe_folder(directory: Path) -> FolderFacts:
-    """Facts of a model folder; UNKNOWN where its files do not say (or cannot be read)."""
-    from streamasr.backends.sherpa.modeldir import CHUNK_TAG, resolve_model
-    from streamasr.tokens import read_vocabulary
+def bundled_models_dir() -> Path:
+    """Where bundled models live: $STREAMASR_MODELS, else the repository's models/ folder (a
+    clone or an editable install), else the demo model an installed wheel carries."""
+    env = os.environ.get("STREAMASR_MODELS")
+    if env:
+        return Path(env)
+    package = Path(__file__).resolve().parents[1]  # the streamasr package
+    checkout = package.parent / "models"
+    if (package.parent / "pyproject.toml").is_file() and checkout.is_dir():
+        return checkout
+    return package / "bundled_models"
 
-    if any(directory.glob("*.nemo")):
-        return FolderFacts(engine="nemo")
-    try:
-        files = resolve_model(str(directory))
-        vocabulary = read_vocabulary(files.tokens)
-    except (StreamAsrError, OSError, ValueError):
-        return FolderFacts()
-    tags = (CHUNK_TAG.search(p.name) for p in directory.glob("*.onnx"))
-    chunks = sorted({int(tag.group(1)) for tag in tags if tag} or {files.chunk})
-    return FolderFacts("sherpa-onnx", files.kind, vocabulary.token_type, tuple(chunks))
+
+def list_bundled() -> list[str]:
+    """Names of the model folders shipped in models/."""
+    root = bundled_models_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "tokens.txt").is_file())

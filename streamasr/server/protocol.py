@@ -28,7 +28,7 @@ import numpy as np
 
 from streamasr.audio import MAX_RATE_HZ, MIN_RATE_HZ
 from streamasr.backends.base import EndpointOptions
-from streamasr.commands.common import RULE_S_RANGE
+from streamasr.endpointing import RULE_S_RANGE
 from streamasr.errors import InputError
 from streamasr.stream import StreamOptions
 
@@ -274,8 +274,3 @@ def encode_audio(audio: np.ndarray, fmt: str = "s16le") -> bytes:
         clipped = np.clip(np.round(audio * 32768.0), -32768, 32767)
         return clipped.astype("<i2").tobytes()
     return np.asarray(audio, "<f4").tobytes()
-
-
-def end_message() -> str:
-    """The text message that ends an utterance's input."""
-    return json.dumps({"type": "end"})

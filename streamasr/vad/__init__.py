@@ -5,8 +5,8 @@ utterance; with `gate` keep silence from the recogniser). `VadFrontEnd` is what 
 session feeds; docs/vad.md has the measurements behind the defaults.
 """
 
-from streamasr.vad.base import DETECTORS, SpeechEnd, SpeechTrack, VadOptions, vad_options
-from streamasr.vad.frontend import VadFrontEnd, open_detector
+from streamasr.vad.base import DETECTORS, SpeechEnd, SpeechTrack, VadOptions
+from streamasr.vad.frontend import VadFrontEnd, open_detector, vad_options
 from streamasr.vad.gate import Piece, SilenceGate
 
 __all__ = [

@@ -97,3 +97,22 @@ class VadFrontEnd:
             self._ends_used += 1
             due = True
         return due and self.options.end_rule
+
+
+def vad_options(detector: str, end_rule: bool, gate: bool, model: str | None) -> VadOptions:
+    """`--vad`, `--vad-end`, `--vad-gate`, `--vad-model` checked: a wrong name or combination
+    is a UsageError; a Silero model file that is missing or damaged is a ModelError, said
+    before any recogniser loads."""
+    if detector not in DETECTORS:
+        raise UsageError(f"--vad {detector!r}: use one of {', '.join(DETECTORS)}")
+    if detector == "off" and (end_rule or gate):
+        used = "--vad-gate" if gate else "--vad-end"
+        raise UsageError(f"{used} needs a detector: add --vad silero (or --vad energy)")
+    if model is not None and detector != "silero":
+        raise UsageError("--vad-model is a Silero VAD file: add --vad silero")
+    options = VadOptions(detector=detector, model=model, end_rule=end_rule, gate=gate)
+    if detector == "silero":
+        from streamasr.vad.silero import model_path
+
+        model_path(options)
+    return options

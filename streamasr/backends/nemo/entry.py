@@ -5,7 +5,9 @@ Importing this module imports neither torch nor NeMo nor the engine.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from streamasr.backends.base import BackendEntry, EngineOptions, Recognizer
 from streamasr.backends.nemo.options import LACKS, OPTIONS, NemoSettings
@@ -68,6 +70,35 @@ def _recognises(model: str | None) -> bool:
     return path.suffix == ".nemo" or (path.is_dir() and any(path.glob("*.nemo")))
 
 
+def _arithmetic(settings: Mapping[str, Any]) -> object:
+    """NeMo's arithmetic for `att_context_size=[L, R]` alone (no model read); defaults follow
+    NeMo's shipped cache-aware config (17 layers, 8x subsampling)."""
+    from streamasr.backends.nemo.budget import nemo_budget
+    from streamasr.mask import parse_att_context_size
+
+    given = settings.get("att_context_size")
+    if given is None:
+        return None
+    left, right = parse_att_context_size(str(given))
+    return nemo_budget(
+        left, right, style=str(settings.get("style") or "chunked_limited"),
+        layers=int(settings.get("layers") or 17), subsampling=int(settings.get("subsampling") or 8),
+    )
+
+
+def _check_file(path: Path) -> None:
+    """What NeMo would run or read on load is refused before a pulled `.nemo` is installed."""
+    from streamasr.backends.nemo.archive import check_file
+
+    check_file(path)
+
+
+def _describe(directory: Path) -> object:
+    from streamasr.distribution.local_models import FolderFacts
+
+    return FolderFacts(engine="nemo") if any(directory.glob("*.nemo")) else None
+
+
 BACKEND = BackendEntry(
     name="nemo",
     summary="NVIDIA NeMo cache-aware FastConformer (.nemo), CUDA or CPU",
@@ -77,4 +108,7 @@ BACKEND = BackendEntry(
     devices=("cpu", "cuda"),
     label="NeMo",
     lacks=LACKS,
+    arithmetic=_arithmetic,
+    check_file=_check_file,
+    describe=_describe,
 )

@@ -6,7 +6,9 @@ entry whether it recognises a model before one is loaded.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from streamasr.backends.base import BackendEntry, EngineOptions, Recognizer
 from streamasr.backends.sherpa.options import OPTIONS, SherpaSettings
@@ -29,8 +31,8 @@ def _recognises(model: str | None) -> bool:
 
     sherpa-onnx is also the default backend, so this only has to be right when asked first.
     """
-    from streamasr.backends.sherpa.modeldir import bundled_models_dir
     from streamasr.distribution import catalog
+    from streamasr.distribution.local_models import bundled_models_dir
 
     if model is None:
         return True
@@ -50,6 +52,28 @@ def _budget(model: str | None, options: EngineOptions, measure: bool) -> object:
     return model_budget(model, options, measure)
 
 
+def _arithmetic(settings: Mapping[str, Any]) -> object:
+    """Textbook zipformer2 arithmetic for a chunk alone (no model read)."""
+    from streamasr.backends.sherpa.budget import budget_for_zipformer2_chunk
+
+    chunk = settings.get("chunk")
+    if chunk is None or settings.get("att_context_size") is not None:
+        return None
+    return budget_for_zipformer2_chunk(int(chunk))
+
+
+def _prepare_folder(directory: Path) -> None:
+    from streamasr.backends.sherpa.graph_cache import prepare_folder
+
+    prepare_folder(directory)
+
+
+def _describe(directory: Path) -> object:
+    from streamasr.backends.sherpa.modeldir import describe_folder
+
+    return describe_folder(directory)
+
+
 BACKEND = BackendEntry(
     name=NAME,
     summary="sherpa-onnx streaming Zipformer transducer / CTC exports, CPU",
@@ -59,4 +83,7 @@ BACKEND = BackendEntry(
     options=OPTIONS,
     label="sherpa-onnx",
     budget=_budget,
+    arithmetic=_arithmetic,
+    prepare_folder=_prepare_folder,
+    describe=_describe,
 )

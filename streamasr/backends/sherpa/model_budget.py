@@ -9,10 +9,11 @@ from pathlib import Path
 from streamasr.backends.base import EngineOptions
 from streamasr.backends.released import catalog_budget
 from streamasr.backends.sherpa.budget import budget_from_metadata
-from streamasr.backends.sherpa.modeldir import list_bundled, resolve_model
+from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.backends.sherpa.onnx_meta import read_encoder_metadata
 from streamasr.backends.sherpa.options import SherpaSettings
 from streamasr.distribution import cache, catalog
+from streamasr.distribution.local_models import list_bundled
 from streamasr.errors import ModelError, UsageError
 from streamasr.latency import LatencyBudget, measure_engine, with_measurement
 

@@ -19,7 +19,8 @@ from streamasr.backends.sherpa.onnx_meta import (
     read_onnx_header,
 )
 from streamasr.distribution import cache, catalog, manifest
-from streamasr.errors import ModelError, ModelMismatchError
+from streamasr.distribution.local_models import FolderFacts, bundled_models_dir, list_bundled
+from streamasr.errors import ModelError, ModelMismatchError, StreamAsrError
 
 log = logging.getLogger("streamasr")
 
@@ -28,19 +29,6 @@ BUNDLED_DEFAULT_ORDER = ("tiny-en", "tiny-random-transducer")
 CHUNK_TAG = re.compile(r"chunk-(\d+)-left-(\d+)")
 #: A tokens.txt larger than this is not a vocabulary (the largest released ones are ~100 kB).
 MAX_TOKENS_BYTES = 16 << 20
-
-
-def bundled_models_dir() -> Path:
-    """Where bundled models live: $STREAMASR_MODELS, else the repository's models/ folder (a
-    clone or an editable install), else the demo model an installed wheel carries."""
-    env = os.environ.get("STREAMASR_MODELS")
-    if env:
-        return Path(env)
-    package = Path(__file__).resolve().parents[2]  # the streamasr package
-    checkout = package.parent / "models"
-    if (package.parent / "pyproject.toml").is_file() and checkout.is_dir():
-        return checkout
-    return package / "bundled_models"
 
 
 @dataclass(frozen=True)
@@ -69,14 +57,6 @@ class ModelFiles:
     def onnx_files(self) -> tuple[Path, ...]:
         """Every ONNX file this export runs, for checksums in run records."""
         return tuple(p for p in (self.encoder, self.decoder, self.joiner) if p is not None)
-
-
-def list_bundled() -> list[str]:
-    """Names of the model folders shipped in models/."""
-    root = bundled_models_dir()
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "tokens.txt").is_file())
 
 
 def resolve_model(
@@ -329,3 +309,18 @@ def _partner(onnx_files: list[Path], role: str, encoder: Path, prefer_int8: bool
             return same[0]
     untagged = [p for p in options if not CHUNK_TAG.search(p.name)]
     return (untagged or options)[0]
+
+
+def describe_folder(directory: Path) -> FolderFacts:
+    """Facts of a sherpa-onnx model folder (`models list`), read without loading weights;
+    unknown where its files do not say or cannot be read."""
+    from streamasr.tokens import read_vocabulary
+
+    try:
+        files = resolve_model(str(directory))
+        vocabulary = read_vocabulary(files.tokens)
+    except (StreamAsrError, OSError, ValueError):
+        return FolderFacts()
+    tags = (CHUNK_TAG.search(p.name) for p in directory.glob("*.onnx"))
+    chunks = sorted({int(tag.group(1)) for tag in tags if tag} or {files.chunk})
+    return FolderFacts("sherpa-onnx", files.kind, vocabulary.token_type, tuple(chunks))

@@ -1,0 +1,34 @@
+"""What a dataset reader yields: an utterance to test, or a row it could not read.
+
+Their own module so that every layout's reader (datasets.py, tables.py) can use them
+without one reader importing another."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One test item: audio, reference text, and the speech span when the dataset knows it."""
+
+    id: str
+    audio: Path
+    text: str
+    origin: str  # "file:line" where the row came from, for messages
+    duration_s: float | None = None
+    speech_onset_s: float | None = None  # from the dataset (alignments); None: detect
+    speech_end_s: float | None = None
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """A row that was skipped, with where it is and why."""
+
+    file: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}"
