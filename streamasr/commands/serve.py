@@ -13,6 +13,7 @@ import typer
 from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup_logging
 from streamasr.commands.options import ModelOptions, build, with_model_options
 from streamasr.errors import DependencyError, StreamAsrError, UsageError
+from streamasr.extras import install_hint
 
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
@@ -31,9 +32,8 @@ def check_server_packages() -> None:
         if importlib.util.find_spec(module) is None
     ]
     if missing:
-        raise DependencyError(
-            f"streamasr serve needs {' and '.join(missing)}: pip install 'streamasr[serve]'"
-        )
+        needs = " and ".join(missing)
+        raise DependencyError(f"streamasr serve needs {needs}: {install_hint('serve')}")
 
 
 MAX_WORKERS = 256
