@@ -69,6 +69,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=True,
     cls=lazy_group(COMMANDS),
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits it
 )
 
 
@@ -208,12 +209,39 @@ def _invoke(args: list[str] | None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except typer.TyperException as exc:  # usage errors: Typer's own boxed message, exit 2
-        from typer import rich_utils
-
-        rich_utils.rich_format_error(exc)  # type: ignore[arg-type]
-        return int(getattr(exc, "exit_code", 2))
+    except typer.TyperException as exc:  # usage errors (unknown option, missing argument)
+        return _usage_error(exc, args or [])
     return result if isinstance(result, int) else 0
+
+
+def _usage_error(exc: typer.TyperException, args: list[str]) -> int:
+    """A Typer/Click usage error as one line, like streamasr's own usage errors: what is
+    wrong and which --help to read (not Click's usage line and boxed panel); exit 2.
+
+    With no arguments a group has printed its help already (`streamasr models`).
+    """
+    from streamasr.commands.common import report_error
+
+    code = int(getattr(exc, "exit_code", 2))
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        return code
+    format_message = getattr(exc, "format_message", None)
+    message = format_message() if callable(format_message) else str(exc)
+    message = " ".join(message.strip().rstrip(".").splitlines())
+    report_error(f"{message}; see '{_help_path(exc, args)} --help'")
+    return code
+
+
+def _help_path(exc: typer.TyperException, args: list[str]) -> str:
+    """The command whose --help answers the error: the one Click was parsing, else the
+    command the line names (Click leaves out which when an option lacks its value)."""
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        return str(ctx.command_path)
+    named = next((arg for arg in args if not arg.startswith("-")), None)
+    if named in {entry.name for entry in COMMANDS}:
+        return f"streamasr {named}"
+    return "streamasr"
 
 
 def main() -> None:

@@ -11,9 +11,13 @@ from __future__ import annotations
 import ctypes
 
 from streamasr.errors import DependencyError
+from streamasr.extras import install_hint
 
-# what installs the NeMo engine, from an install or from a clone; the `gpu` extra names the same
-GPU_INSTALL = "pip install torch 'nemo_toolkit[asr]' (in a clone: pip install -e '.[gpu]')"
+# what installs the NeMo engine, from an install (pip or pipx) or from a clone; the `gpu` extra
+# names the same
+GPU_INSTALL = (
+    f"{install_hint(packages=('torch', 'nemo_toolkit[asr]'))}; in a clone: pip install -e '.[gpu]'"
+)
 DRIVER_LIBRARY = "libcuda.so.1"
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from streamasr.errors import DependencyError, DeviceError
+from streamasr.extras import install_hint
 
 log = logging.getLogger("streamasr")
 
@@ -27,7 +28,7 @@ def load_sounddevice() -> ModuleType:
         import sounddevice
     except ImportError as exc:
         raise DependencyError(
-            "the sounddevice package is not installed; `pip install sounddevice`"
+            f"the sounddevice package is not installed; {install_hint(packages=('sounddevice',))}"
         ) from exc
     except OSError as exc:  # sounddevice raises OSError when libportaudio cannot be loaded
         raise DependencyError(f"PortAudio was not found ({exc}); {INSTALL_PORTAUDIO}") from exc

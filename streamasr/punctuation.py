@@ -19,6 +19,7 @@ from typing import Any
 
 from streamasr.distribution.cache import PUNCTUATION_FILES, PUNCTUATION_VOCAB
 from streamasr.errors import DependencyError, ModelError, UsageError
+from streamasr.extras import install_hint
 
 log = logging.getLogger("streamasr")
 
@@ -155,7 +156,8 @@ class Punctuator:
             import sherpa_onnx
         except ImportError as exc:
             raise DependencyError(
-                f"--punctuate needs sherpa-onnx ({exc}); run `pip install sherpa-onnx`"
+                f"--punctuate needs sherpa-onnx ({exc}); "
+                f"{install_hint(packages=('sherpa-onnx',))}"
             ) from exc
         config = sherpa_onnx.OnlinePunctuationConfig(
             model_config=sherpa_onnx.OnlinePunctuationModelConfig(

@@ -211,6 +211,22 @@ def test_a_headerless_file_can_be_read_with_raw(tmp_path: Path) -> None:
     assert result.stdout.decode().strip() == TEXT["4"]
 
 
+def test_a_headerless_file_without_raw_says_which_options_read_it(tmp_path: Path) -> None:
+    samples, _ = pcm16("4.wav")
+    for name in ("speech.raw", "SPEECH.PCM"):
+        path = tmp_path / name
+        path.write_bytes(samples.astype("<i2").tobytes())
+        result = cli(str(path), "--format", "text")
+        err = result.stderr.decode()
+        assert result.returncode == 1, err
+        assert "Traceback" not in err and not result.stdout
+        assert f"{path}: headerless PCM" in err and "--raw s16le --rate 16000" in err
+    other = tmp_path / "speech.xyz"  # an unknown name keeps the general advice
+    other.write_bytes(samples.astype("<i2").tobytes())
+    err = cli(str(other)).stderr.decode()
+    assert "not audio that libsndfile can read" in err and "--raw" not in err
+
+
 def test_open_source_reads_the_stream_in_blocks_not_whole(tmp_path: Path) -> None:
     """Blocks of the asked size come out of a raw stream, each as soon as it is complete."""
     path = tmp_path / "ramp.pcm"
@@ -242,7 +258,8 @@ def test_audio_that_is_not_wav_on_a_pipe_says_how_to_convert(tmp_path: Path) -> 
     with open(flac, "rb") as stdin:
         result = cli("-", stdin=stdin)
     err = result.stderr.decode()
-    assert result.returncode == 1 and "not a WAV stream" in err and "--raw" in err
+    assert result.returncode == 1 and "not a WAV stream" in err
+    assert "--raw s16le --rate 16000" in err
 
 
 @pytest.mark.parametrize(

@@ -97,6 +97,9 @@ def test_the_same_clips_in_every_layout_give_the_same_results(tmp_path: Path) ->
         (["file", "words"], [], "none of the columns (file, words) looks like the reference"),
         (["path", "text"], ["--text-column", "sentence"], "no column 'sentence'"),
         ([], [], "empty table"),
+        (["0.wav", "HELLO"], [], "no header line (the first line is a row: '0.wav\\tHELLO'); "
+         "add one naming the columns, e.g. path<TAB>sentence"),
+        (["0.wav", "HELLO"], ["--audio-column", "a"], "no header line"),
     ],
 )
 def test_a_table_without_the_columns_is_one_line(

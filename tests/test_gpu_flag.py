@@ -24,7 +24,10 @@ NEMO_MODEL = "models/tiny-nemo-streaming/tiny-nemo-streaming.nemo"
 WAV = "models/tiny-en/test_wavs/1.wav"
 TRAINED = "70,13, 70,6, 70,1, 70,0"
 # works from an install and from a clone; 'streamasr[gpu]' is on no package index
-GPU_EXTRA = "pip install torch 'nemo_toolkit[asr]' (in a clone: pip install -e '.[gpu]')"
+GPU_EXTRA = (
+    "pip install torch 'nemo_toolkit[asr]' (with pipx: pipx inject streamasr torch "
+    "'nemo_toolkit[asr]'); in a clone: pip install -e '.[gpu]'"
+)
 
 
 def cli(

@@ -6,7 +6,8 @@ the clip is up to the browser, and the bundled model's text moves with a shift o
 milliseconds, so the page keeps a copy of exactly what it sent ("keep a copy"): the finals
 the page shows must equal what `streamasr file` prints for that WAV, and the first of them
 must share words with `streamasr file` on the clip itself. Screenshots are left in build/:
-serve-page-live.png while listening, serve-page.png after Stop.
+serve-page-live.png while listening, serve-page.png after Stop, serve-page-insecure.png
+opened from an origin the browser counts as insecure (no microphone there).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ CLIP = clip(0)
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 WAIT_S = 90.0  # a loaded machine: page, worklet and the first endpoint
+# a name the browser resolves to the server but does not count as this machine: to it a page
+# there is an insecure origin (plain http, not localhost), as from another machine
+INSECURE_HOST = "captions.test"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +56,7 @@ def browser() -> Iterator[Any]:
         "--use-fake-device-for-media-stream",
         f"--use-file-for-fake-audio-capture={REPO / CLIP}",
         "--autoplay-policy=no-user-gesture-required",
+        f"--host-resolver-rules=MAP {INSECURE_HOST} 127.0.0.1",
     ):
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
@@ -87,6 +92,7 @@ def test_page_finals_equal_file_on_the_audio_sent(
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(server.http + "/")
+    assert not browser.find_element(By.ID, "mic-note").is_displayed()
     browser.find_element(By.ID, "keep").click()
     browser.find_element(By.ID, "start").click()
     wait = WebDriverWait(browser, WAIT_S)
@@ -110,3 +116,19 @@ def test_page_finals_equal_file_on_the_audio_sent(
     clip_final = finals(file_events(CLIP)[CLIP])[0]
     assert set(shown[0].split()) & set(clip_final.split()), (shown[0], clip_final)
     assert "ms of audio after onset" in latency and "wall clock" in latency
+
+
+def test_an_insecure_origin_says_the_microphone_needs_https_or_localhost(
+    server: ServerProcess, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"http://{INSECURE_HOST}:{server.port}/")
+    note = browser.find_element(By.ID, "mic-note")
+    assert browser.execute_script("return window.isSecureContext") is False
+    assert note.is_displayed()
+    assert note.text.startswith("The microphone needs https or localhost")
+    assert f"open http://localhost:{server.port}/" in note.text and "--certfile" in note.text
+    assert not browser.find_element(By.ID, "start").is_enabled()
+    (REPO / "build").mkdir(exist_ok=True)
+    browser.save_screenshot(str(REPO / "build" / "serve-page-insecure.png"))

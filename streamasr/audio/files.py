@@ -21,6 +21,9 @@ from streamasr.errors import InputError
 
 log = logging.getLogger("streamasr")
 
+# names that usually hold headerless PCM, which libsndfile cannot read without being told how
+RAW_SUFFIXES = (".raw", ".pcm")
+
 
 class FileSource:
     """An audio file read block by block as mono float32 (libsndfile: any format it knows)."""
@@ -33,11 +36,7 @@ class FileSource:
         try:
             self._file = sf.SoundFile(path)
         except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
-            raise InputError(
-                f"{path}: not audio that libsndfile can read ({short_reason(exc)}). "
-                "Supported: wav, flac, ogg/opus, mp3, aiff; convert others with "
-                f"ffmpeg -i {path} out.wav"
-            ) from exc
+            raise InputError(_unreadable(path, exc)) from exc
         try:
             check_header(path, int(self._file.samplerate), int(self._file.channels))
         except InputError:
@@ -102,4 +101,18 @@ class FileSource:
     def close(self) -> None:
         """Release the file handle."""
         self._file.close()
+
+
+def _unreadable(path: str, exc: BaseException) -> str:
+    """Why libsndfile cannot open `path`, and the fix: --raw for a headerless PCM name (it has
+    no header to say its encoding and rate), else the formats it reads and ffmpeg."""
+    if path.lower().endswith(RAW_SUFFIXES):
+        return (
+            f"{path}: headerless PCM (no header gives its encoding and sample rate); name "
+            "them, e.g. --raw s16le --rate 16000 (add --channels N if it is not mono)"
+        )
+    return (
+        f"{path}: not audio that libsndfile can read ({short_reason(exc)}). "
+        f"Supported: wav, flac, ogg/opus, mp3, aiff; convert others with ffmpeg -i {path} out.wav"
+    )
 

@@ -84,8 +84,9 @@ def read_wav_header(name: str, stream: BinaryIO) -> PcmLayout:
         )
     if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
         raise InputError(
-            f"{name}: not a WAV stream (on a pipe streamasr reads WAV or, with --raw, "
-            "headerless PCM); convert with `ffmpeg -i IN -f wav -` or `sox IN -t wav -`"
+            f"{name}: not a WAV stream; for headerless PCM name its encoding and rate (e.g. "
+            "--raw s16le --rate 16000), else convert with `ffmpeg -i IN -f wav -` or "
+            "`sox IN -t wav -`"
         )
     return _read_wav_chunks(name, stream)
 

@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from streamasr.bench import tables
-from streamasr.bench.rows import BadRow, Utterance
+from streamasr.bench.rows import AUDIO_SUFFIXES, BadRow, Utterance
 from streamasr.bench.tables import TableColumns
 from streamasr.errors import DatasetError
 
 log = logging.getLogger("streamasr")
 
-AUDIO_SUFFIXES = (".flac", ".wav", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
 FORMATS = ("librispeech", "kaldi", "jsonl", "table")
 # transcripts of a LibriSpeech-style folder: `<id> TEXT` lines, audio `<id>.<ext>` beside them
 TRANSCRIPT_GLOBS = ("*.trans.txt", "trans.txt")

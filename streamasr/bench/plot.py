@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from streamasr.errors import DependencyError
+from streamasr.extras import install_hint
 
 
 def require_matplotlib() -> None:
@@ -18,9 +19,7 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise DependencyError(
-            "--plot needs matplotlib: pip install 'streamasr[plot]' (or pip install matplotlib)"
-        ) from None
+        raise DependencyError(f"--plot needs matplotlib: {install_hint('plot')}") from None
 
 
 def dataset_label(path: str) -> str:

@@ -8,6 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+#: what a dataset's audio files may be called
+AUDIO_SUFFIXES = (".flac", ".wav", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
+
 
 @dataclass(frozen=True)
 class Utterance:

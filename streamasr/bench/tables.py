@@ -12,7 +12,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamasr.bench.rows import BadRow, Utterance
+from streamasr.bench.rows import AUDIO_SUFFIXES, BadRow, Utterance
 from streamasr.errors import DatasetError
 
 TABLE_SUFFIXES = (".tsv", ".csv")
@@ -49,6 +49,20 @@ def _pick(header: list[str], wanted: str | None, candidates: tuple[str, ...], ro
     )
 
 
+def _check_is_header(header: list[str], path: Path, delimiter: str) -> None:
+    """A first line naming an audio file is a row: the table has no header line, and reading
+    it as one would report the wrong fault (columns named `1.wav` and a sentence)."""
+    if not any(Path(cell.strip()).suffix.lower() in AUDIO_SUFFIXES for cell in header):
+        return
+    separator = "<TAB>" if delimiter == "\t" else ","
+    first = delimiter.join(header)
+    first = first if len(first) <= 60 else first[:57] + "..."
+    raise DatasetError(
+        f"{path}: no header line (the first line is a row: {first!r}); add one naming the "
+        f"columns, e.g. path{separator}sentence (audio path, reference text)"
+    )
+
+
 def _audio_path(folder: Path, value: str) -> Path:
     """Relative to the table's folder, or to its clips/ folder (Common Voice)."""
     candidate = (folder / value).expanduser()
@@ -73,6 +87,7 @@ def read_table(path: Path, columns: TableColumns = TableColumns()) -> tuple[
             header = next(reader, None)
             if not header:
                 raise DatasetError(f"{path}: empty table; the first line must name the columns")
+            _check_is_header(header, path, delimiter)
             audio_col = _pick(header, columns.audio, AUDIO_COLUMNS, "audio path",
                               "--audio-column", path)
             text_col = _pick(header, columns.text, TEXT_COLUMNS, "reference text",

@@ -18,10 +18,10 @@ from typing import Any
 
 from streamasr.cluster.address import AUTO, LOCAL, check_address
 from streamasr.errors import ClusterError, DependencyError
+from streamasr.extras import install_hint
 
 log = logging.getLogger("streamasr")
 
-INSTALL_HINT = "pip install 'streamasr[ray]'"
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -30,7 +30,7 @@ def require_ray() -> ModuleType:
     try:
         import ray
     except ImportError:
-        raise DependencyError(f"--ray needs the ray package: {INSTALL_HINT}") from None
+        raise DependencyError(f"--ray needs the ray package: {install_hint('ray')}") from None
     return ray
 
 

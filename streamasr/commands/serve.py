@@ -9,10 +9,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup_logging
 from streamasr.commands.options import ModelOptions, build, with_model_options
 from streamasr.errors import DependencyError, StreamAsrError, UsageError
+from streamasr.extras import install_hint
+from streamasr.server.reach import Exposure, bracketed, exposure_warning, openable
 
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
@@ -31,9 +34,8 @@ def check_server_packages() -> None:
         if importlib.util.find_spec(module) is None
     ]
     if missing:
-        raise DependencyError(
-            f"streamasr serve needs {' and '.join(missing)}: pip install 'streamasr[serve]'"
-        )
+        needs = " and ".join(missing)
+        raise DependencyError(f"streamasr serve needs {needs}: {install_hint('serve')}")
 
 
 MAX_WORKERS = 256
@@ -67,6 +69,19 @@ def live_defaults(options: ModelOptions) -> ModelOptions:
         if not given and getattr(options, name) == getattr(built_in, name):
             changes[name] = value
     return dataclasses.replace(options, **changes)
+
+
+def say_reach(addresses: list[tuple[str, int]], page: str, exposure: Exposure) -> None:
+    """After the listening lines: for 0.0.0.0 / ::, the pages a person can open (the
+    machine's own addresses), and a warning when other machines can reach an unguarded port."""
+    for bound_host, bound_port in addresses:
+        hosts = openable(bound_host)
+        if hosts != [bound_host]:
+            pages = " or ".join(f"{page}://{bracketed(host)}:{bound_port}/" for host in hosts)
+            err_console.print(f"streamasr serve: open {escape(pages)}", highlight=False)
+    warning = exposure_warning(addresses, exposure)
+    if warning is not None:
+        err_console.print(f"[red]warning:[/red] {escape(warning)}", highlight=False)
 
 
 def load_server(
@@ -270,6 +285,8 @@ def register(app: typer.Typer) -> None:
                         f"(page {page}://{shown}:{bound_port}/, metrics /metrics)",
                         highlight=False,
                     )
+                say_reach(addresses, page, Exposure(token=security.token is not None,
+                                                    tls=certfile is not None))
                 err_console.file.flush()
 
             try:

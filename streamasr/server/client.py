@@ -26,6 +26,7 @@ import numpy as np
 
 from streamasr.errors import InputError, StreamAsrError
 from streamasr.events import Endpoint, Event, Final, FirstToken, Partial, StreamSummary
+from streamasr.extras import install_hint
 from streamasr.stream import DEFAULT_TAIL_PADDING_S
 
 #: What a local model's stream uses unless told otherwise: feed blocks of one chunk, the
@@ -274,6 +275,6 @@ def connect(url: str, token: str | None = None, open_timeout_s: float = 30.0) ->
         from streamasr.errors import DependencyError
 
         raise DependencyError(
-            "streamasr.connect needs websockets: pip install 'streamasr[serve]'"
+            f"streamasr.connect needs websockets: {install_hint('serve')}"
         ) from None
     return RemoteModel(url, token, open_timeout_s)

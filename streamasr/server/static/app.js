@@ -17,6 +17,26 @@ function wsUrl() {
   return `${scheme}//${location.host}/ws` + (token ? `?token=${encodeURIComponent(token)}` : "");
 }
 
+// Browsers give a page the microphone (navigator.mediaDevices) and AudioWorklet only in a
+// secure context: https, or an address of the browser's own machine (localhost, 127.0.0.1).
+// Without them Start could only fail, so the page says why and how to open it instead.
+function micUnavailable() {
+  const worklet = typeof AudioWorkletNode !== "undefined" &&
+    typeof AudioContext !== "undefined" && "audioWorklet" in AudioContext.prototype;
+  const microphone = !!(navigator.mediaDevices && navigator.mediaDevices.getUserMedia);
+  if (worklet && microphone) return null;
+  if (!window.isSecureContext) {
+    const port = location.port || "80";
+    const local = `http://localhost:${port}/`;
+    return `The microphone needs https or localhost: this browser gives no microphone to a ` +
+      `page at ${location.origin}. Open ${local} on the server's machine; from another ` +
+      `machine, forward the port (ssh -L ${port}:localhost:${port} SERVER) and open ${local}; ` +
+      `or serve over https (streamasr serve --certfile CERT.pem --keyfile KEY.pem).`;
+  }
+  return "This browser has no microphone access for pages (navigator.mediaDevices or " +
+    "AudioWorklet is missing); use a current Chrome, Firefox or Safari.";
+}
+
 function setStatus(text) {
   $("status").textContent = text;
 }
@@ -168,5 +188,12 @@ function offerCopy() {
   link.hidden = false;
 }
 
+const why = micUnavailable();
+if (why) {
+  $("mic-note").textContent = why;
+  $("mic-note").hidden = false;
+  $("start").disabled = true;
+  setStatus("no microphone here");
+}
 $("start").addEventListener("click", start);
 $("stop").addEventListener("click", stop);
