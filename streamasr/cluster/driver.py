@@ -91,7 +91,7 @@ class RayDriver:
                     continue
                 running = False
                 if message[0] == "error":
-                    raise ClusterError(message[1])
+                    raise self._error(message[1])
                 if message[0] == "stopped":
                     raise KeyboardInterrupt
                 return
@@ -136,6 +136,21 @@ class RayDriver:
             return
         self.process.kill()  # Ray kills the tasks of a driver that died
 
+    def _error(self, line: str) -> ClusterError:
+        """A run's error; when the driver's own node lost an agent, that is what it says
+        (its tasks failed because that node's raylet died with the agent)."""
+        agent = agent_that_died(self.place, wait_s=0.0)
+        return DriverLost(self._agent_line(agent)) if agent else ClusterError(line)
+
+    def _agent_line(self, agent: str) -> str:
+        place = self.place
+        node = f"node {place.ip}" if place.ip else "the node this command runs on"
+        logs = f" (its logs: {place.logs_dir})" if place.logs_dir else ""
+        return (f"the Ray cluster's {agent} on {node} (the node this command runs on) died, "
+                "and that node's raylet with it, which ends the run's Ray driver; check the "
+                f"node with `ray status`{logs}, restart it (`ray stop`, then `ray start`) and "
+                "run the command again")
+
     def death_line(self) -> str:
         """What ended the driver, with what to do, in one line."""
         try:
@@ -147,10 +162,7 @@ class RayDriver:
         logs = f" (its logs: {place.logs_dir})" if place.logs_dir else ""
         agent = agent_that_died(place)
         if agent is not None:
-            return (f"the Ray cluster's {agent} on {node} (the node this command runs on) "
-                    "died, and that node's raylet with it, which ends the run's Ray driver; "
-                    f"check the node with `ray status`{logs}, restart it (`ray stop`, then "
-                    "`ray start`) and run the command again")
+            return self._agent_line(agent)
         if code is not None and code < 0:
             name = signal.Signals(-code).name
             return (f"the Ray driver of this run (pid {self.process.pid}) was killed by {name}; "
@@ -160,12 +172,12 @@ class RayDriver:
                 f"{logs} and run the command again")
 
 
-def agent_that_died(place: NodePlace) -> str | None:
+def agent_that_died(place: NodePlace, wait_s: float = LOG_WAIT_S) -> str | None:
     """The agent whose death the raylet of the driver's node logged ('runtime-env agent'),
-    or None: no log to read here, or the raylet did not end for an agent."""
+    or None: no log to read here, or the raylet did not end for an agent (in `wait_s`)."""
     if not place.logs_dir or not place.node_id:
         return None
-    deadline = time.monotonic() + LOG_WAIT_S
+    deadline = time.monotonic() + wait_s
     while True:
         for path in sorted(Path(place.logs_dir).glob("raylet*.out")):
             head, tail = _head_and_tail(path)

@@ -191,6 +191,7 @@ class VerifyReport:
     extra: tuple[str, ...]  # present but not in the manifest; reported, not a failure
     archive_sha256: str | None
     archive_checksum: str  # "catalog", "--sha256", "pinned" or "recorded"
+    local: bool = False  # recorded in place (`verify PATH --record`): no archive behind it
 
     @property
     def ok(self) -> bool:
@@ -218,6 +219,7 @@ def verify_folder(directory: Path) -> VerifyReport:
         directory.name, directory, len(expected), tuple(missing), tuple(changed), tuple(extra),
         manifest.get("archive_sha256"),  # type: ignore[arg-type]
         str(manifest.get("archive_checksum", "recorded")),
+        is_local(manifest),
     )
 
 
