@@ -32,6 +32,7 @@ from streamasr.distribution.cache import (
     cache_dir,
     describe_entry_state,
     find_cached,
+    folder_argument,
     installed_models,
     require_cached,
     verify_installed,
@@ -435,7 +436,7 @@ def verify(
     """
     setup_logging(verbose)
     with cli_errors():
-        folder = _local_folder(name)
+        folder = folder_argument(name)
         if record:
             if folder is None:
                 raise UsageError(
@@ -484,18 +485,6 @@ def verify(
         file=sys.stdout,
     )
     raise typer.Exit(1)
-
-
-def _local_folder(name: str) -> Path | None:
-    """The folder `name` is a path of, or None for a pulled model's name; a file is a
-    usage error (the checksums belong to a folder)."""
-    path = Path(name).expanduser()
-    looks_like_path = "/" in name or name.startswith(".") or find_cached(name) is None
-    if not (looks_like_path and path.exists()):
-        return None
-    if not path.is_dir():
-        raise UsageError(f"{name} is a file; give the model folder it is in")
-    return path.resolve()
 
 
 @models_app.command("path")
