@@ -92,6 +92,12 @@ def test_verify_of_an_unrecorded_folder_a_file_or_a_pulled_folder(
     assert not (mine / MANIFEST_NAME).exists()
     a_name = streamasr(home, "models", "verify", "no-such-model", "--record")
     assert a_name.returncode == 2 and "--record takes a model folder" in error_line(a_name)
+    notes = tmp_path / "notes"  # no model in it: nothing is hashed, nothing written
+    notes.mkdir()
+    (notes / "todo.txt").write_text("x")
+    no_model = streamasr(home, "models", "verify", str(notes), "--record")
+    assert no_model.returncode == 2 and "no model folder" in error_line(no_model)
+    assert not (notes / MANIFEST_NAME).exists()
 
     directory = pulled(home, tiny_archive, tmp_path)
     before = (directory / MANIFEST_NAME).read_bytes()

@@ -29,7 +29,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from streamasr.errors import ModelError
+from streamasr.errors import ModelError, UsageError
 
 log = logging.getLogger("streamasr")
 
@@ -158,6 +158,9 @@ def record_folder(directory: Path) -> int:
                 f"{directory.name}`, or reinstall it with `streamasr models pull "
                 f"{directory.name} --force`"
             )
+    if not any(p.suffix in _LOADED_SUFFIXES for p in directory.iterdir()):
+        raise UsageError(f"{directory} holds no .onnx or .nemo file, so it is no model folder; "
+                         "give the folder the model's files are in")
     for path in sorted(directory.iterdir()):
         if path.suffix in _LOADED_SUFFIXES and path.is_symlink():
             raise ModelError(
