@@ -91,6 +91,16 @@ class Node:
         self.killed = True
         return pid
 
+    def kill_agent(self, prefix: str = "ray::RuntimeEnv") -> int:
+        """SIGKILL one of this node's Ray agents (by its process name); its raylet follows."""
+        pid = next((p for p in children(self.process.pid) if command_name(p).startswith(prefix)),
+                   None)
+        if pid is None:
+            raise RuntimeError(f"{self.name} has no {prefix} process")
+        os.kill(pid, signal.SIGKILL)
+        self.killed = True
+        return pid
+
     def stop(self) -> None:
         """End the node's processes: its `ray start --block` ends the ones it started."""
         family = [self.process.pid, *children(self.process.pid)]

@@ -2,7 +2,8 @@
 worker nodes, each its own `ray start` process with one CPU): the same outputs and the same
 scores as a local run, a node that dies mid-run costs nothing but time, a node whose model
 copy differs from the driver's refuses to decode, and a node without a released model pulls
-it into its own cache, held to the driver's checksum."""
+it into its own cache, held to the driver's checksum; a Ray agent dying on the driver's own
+node ends the run in one line, the finished rows kept."""
 
 from __future__ import annotations
 
@@ -302,3 +303,46 @@ def test_nodes_without_a_released_model_pull_it_held_to_the_drivers_checksum(
         assert len(gets) >= 2  # the driver's pull and at least one node's
     finally:
         server.close()
+
+
+def test_a_dying_agent_on_the_drivers_node_is_one_line_and_keeps_the_rows(
+    cluster: Cluster, local_bench: dict[str, Any], tmp_path: Path
+) -> None:
+    """Last in this module: it ends the head node (Ray runs a driver on the head when several
+    nodes share its host). The head's runtime-env agent is killed mid-run; its raylet dies
+    with it, and Ray ends the driver at once. The command says so in one line, keeps every
+    finished row in utterances.jsonl and leaves no state folder."""
+    inputs = copies(tmp_path / "in", 24)
+    texts = {u["id"]: u["reference"] for u in local_bench["settings"][0]["utterances"]}
+    manifest = tmp_path / "set.jsonl"
+    manifest.write_text("".join(
+        json.dumps({"audio_filepath": str(p), "text": texts[source_of(p)]}) + "\n"
+        for p in inputs))
+    out = tmp_path / "bench"
+    shards = out / ".streamasr-ray" / "shards"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamasr", "bench", str(manifest), "--model", MODEL, "--out",
+         str(out), "--ray", cluster.address],
+        cwd=REPO, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + RUN_LIMIT_S
+    finished: set[str] = set()
+    while time.monotonic() < deadline and process.poll() is None:
+        placed = list(shards.glob("*.jsonl")) if shards.is_dir() else []
+        if placed:
+            finished = {json.loads(line)["id"] for p in placed for line in p.open()}
+            cluster.nodes[0].kill_agent("ray::RuntimeEnv")
+            break
+        time.sleep(0.05)
+    stdout, stderr = process.communicate(timeout=RUN_LIMIT_S)
+    assert finished, f"no shard was finished before the run ended: {stderr}"
+    assert process.returncode == 1, stderr
+    assert "Traceback" not in stderr + stdout
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert "runtime-env agent" in lines[0] and "utterances.jsonl" in lines[0]
+    rows = [json.loads(line) for line in (out / "utterances.jsonl").open()]
+    assert finished <= {row["id"] for row in rows}  # every row finished before is kept
+    local = {u["id"]: u for u in local_bench["settings"][0]["utterances"]}
+    for row in rows:
+        assert row["hypothesis"] == local[source_of(Path(row["audio"]))]["hypothesis"]
+    assert not (out / ".streamasr-ray").exists()

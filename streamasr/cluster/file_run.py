@@ -18,7 +18,8 @@ from rich.console import Console
 
 from streamasr.cluster import outputs
 from streamasr.cluster.address import check_address
-from streamasr.cluster.connect import ClusterInfo, connect, disconnect
+from streamasr.cluster.connect import ClusterInfo
+from streamasr.cluster.driver import start_driver
 from streamasr.cluster.files import FileNote, file_jobs, run_files
 from streamasr.cluster.models import ModelSpec, model_spec
 from streamasr.errors import UsageError
@@ -128,7 +129,8 @@ def run_file_request(request: FileRunRequest, spec: ModelSpec, stream: Any, err:
     from streamasr.commands.common import report_error
     from streamasr.render import summary_line
 
-    cluster = connect(request.address)
+    driver = start_driver(request.address)
+    cluster = driver.info
     state = outputs.fresh_state(request.out_dir)
     jobs = file_jobs(request.paths, request.out_dir, state, request.formats, request.partials,
                      stream, request.raw, request.sentence_case)
@@ -152,13 +154,13 @@ def run_file_request(request: FileRunRequest, spec: ModelSpec, stream: Any, err:
             report_error(note.error)
 
     try:
-        run_files(jobs, spec, on_note)
+        run_files(driver, jobs, spec, on_note)
     finally:
         if progress is not None:
             progress.end()
         counts = outputs.attempts(state)
         outputs.remove_state(request.out_dir)
-        disconnect()
+        driver.close()
     if not request.quiet:
         err.print(cluster_line(cluster, len(jobs), counts), highlight=False, markup=False)
     return failed

@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -23,6 +23,9 @@ from streamasr.cluster import outputs
 from streamasr.cluster.models import ModelSpec, load_verified, node_name
 from streamasr.events import Event, StreamSummary
 from streamasr.stream import StreamOptions
+
+if TYPE_CHECKING:
+    from streamasr.cluster.driver import RayDriver
 
 
 @dataclass(frozen=True)
@@ -122,11 +125,10 @@ def file_jobs(
 
 
 def run_files(
+    driver: RayDriver,
     jobs: Sequence[FileJob],
     spec: ModelSpec,
     on_note: Callable[[FileNote], None],
 ) -> None:
     """Run every job on the cluster; `on_note` as each finishes."""
-    from streamasr.cluster.tasks import run_tasks
-
-    run_tasks(transcribe_file, jobs, spec, spec.cpus, on_note, lambda job: job.path)
+    driver.run(transcribe_file, jobs, spec, spec.cpus, on_note, [job.path for job in jobs])

@@ -75,9 +75,10 @@ def mark_done(state: Path, key: str) -> None:
 
 
 def temp_folder(state: Path, key: str) -> Path:
-    """A folder only this attempt writes into."""
+    """A folder only this attempt writes into. Its parent is not made again: a task still
+    running after its run ended (and removed the state folder) fails instead of leaving one."""
     folder = state / "tmp" / f"{key}.{_unique()}"
-    folder.mkdir(parents=True)
+    folder.mkdir()
     return folder
 
 

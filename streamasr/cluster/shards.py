@@ -12,6 +12,7 @@ records, summary and results.json are then built as for a local run. Batched pas
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamasr.bench.datasets import Utterance
 from streamasr.bench.metrics import ErrorCounts, Stability, Timing
+from streamasr.bench.outdir import RECORDS_NAME
 from streamasr.bench.runner import RunOptions, UtteranceRecord
 from streamasr.cluster import outputs
 from streamasr.cluster.models import ModelSpec, load_verified, model_spec, node_name
@@ -30,6 +32,7 @@ from streamasr.errors import ClusterError
 
 if TYPE_CHECKING:
     from streamasr.bench.sweep import Setting
+    from streamasr.cluster.driver import RayDriver
 
 log = logging.getLogger("streamasr")
 
@@ -146,7 +149,7 @@ def run_setting_on_ray(
     on_done: Callable[[str, UtteranceRecord], None] = lambda name, record: None,
     *,
     out: Path,
-    cpus: float,
+    driver: RayDriver,
     ray_record: dict[str, Any],
     clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Any]:
@@ -158,13 +161,13 @@ def run_setting_on_ray(
     from streamasr.bench.report import setting_record, summarize
     from streamasr.bench.runner import warm_up
     from streamasr.bench.sweep import batched_passes
-    from streamasr.cluster.tasks import run_tasks
+    from streamasr.cluster.driver import DriverLost
 
     spec = model_spec(setting.model, setting.backend, setting.engine, setting.recognizer)
     state = outputs.fresh_state(out)
     folder = state / "shards"
     folder.mkdir()
-    size = shard_size(len(utterances), cpus)
+    size = shard_size(len(utterances), driver.info.cpus)
     jobs = {job.key: job for job in shard_jobs(utterances, options, folder, state, size)}
     records: dict[int, UtteranceRecord] = {}
 
@@ -176,8 +179,15 @@ def run_setting_on_ray(
 
     started = clock()
     try:
-        run_tasks(decode_shard, list(jobs.values()), spec, spec.cpus, on_note,
-                  lambda job: f"{job.key} ({job.items[0][1].id}...)")
+        driver.run(decode_shard, list(jobs.values()), spec, spec.cpus, on_note,
+                   [f"{job.key} ({job.items[0][1].id}...)" for job in jobs.values()])
+    except DriverLost as exc:  # shards placed before the driver died are logged all the same
+        for job in jobs.values():
+            if Path(job.path).is_file() and any(i not in records for i, _ in job.items):
+                with contextlib.suppress(ClusterError, OSError, ValueError, KeyError):
+                    on_note(ShardNote(job.key, job.path, len(job.items)))
+        raise DriverLost(f"{exc}; the {len(records)} utterance(s) finished are in "
+                         f"{out / RECORDS_NAME}") from None
     finally:
         counts = outputs.attempts(state)
         outputs.remove_state(out)
@@ -200,11 +210,13 @@ def run_setting_on_ray(
 def ray_runner(address: str, out: Path) -> tuple[Callable[..., dict[str, Any]], dict[str, Any]]:
     """Join the cluster; `run_setting` for bench on it, and the run record's `ray` entry
     (nodes, CPUs, Ray version; tasks and retries are added per setting as they run)."""
+    import atexit
     from functools import partial
 
-    from streamasr.cluster.connect import connect
+    from streamasr.cluster.driver import start_driver
 
-    cluster = connect(address)
-    record = cluster.to_record()
-    runner = partial(run_setting_on_ray, out=out, cpus=cluster.cpus, ray_record=record)
+    driver = start_driver(address)
+    atexit.register(driver.close)  # leave the cluster when the command ends, however
+    record = driver.info.to_record()
+    runner = partial(run_setting_on_ray, out=out, driver=driver, ray_record=record)
     return runner, record

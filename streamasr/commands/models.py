@@ -32,6 +32,7 @@ from streamasr.distribution.cache import (
     cache_dir,
     describe_entry_state,
     find_cached,
+    folder_argument,
     installed_models,
     require_cached,
     verify_installed,
@@ -39,7 +40,11 @@ from streamasr.distribution.cache import (
 from streamasr.distribution.catalog import CATALOG, find
 from streamasr.distribution.download import DEFAULT_TIMEOUT_S, ProgressFn
 from streamasr.distribution.local_models import bundled_models_dir, list_bundled
-from streamasr.distribution.manifest import MANIFEST_NAME
+from streamasr.distribution.manifest import (
+    MANIFEST_NAME,
+    record_folder,
+    verify_folder,
+)
 from streamasr.errors import ModelError, UsageError
 
 models_app = typer.Typer(
@@ -413,35 +418,72 @@ def _report_pull(result: install.PullResult, name: str) -> None:
 
 
 @models_app.command("verify")
-def verify(name: NameArg, verbose: VerboseOpt = False) -> None:
-    """Re-hash a pulled model's files against the manifest written when it was pulled.
+def verify(
+    name: Annotated[
+        str,
+        typer.Argument(help="A pulled model's alias or name, or a model folder's path."),
+    ],
+    record: Annotated[
+        bool,
+        typer.Option("--record", help="For a folder of your own (not pulled): record the "
+                     "sha256, size and mtime of its files in it, so that every later use "
+                     "refuses it if one changes."),
+    ] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Re-hash a model's files against the checksums recorded for it: at the pull, or by
+    `verify PATH --record` for a folder of your own.
 
     Exit status 1 if any file is missing or changed.
     """
     setup_logging(verbose)
     with cli_errors():
-        report = verify_installed(name)
+        folder = folder_argument(name)
+        if record:
+            if folder is None:
+                raise UsageError(
+                    f"--record takes a model folder's path; {name!r} is not a folder here "
+                    "(a pulled model's checksums were recorded when it was pulled)"
+                )
+            count = record_folder(folder)
+            err_console.print(
+                f"recorded {count} files of {folder} in {folder / MANIFEST_NAME}; every use "
+                f"now checks them, and `streamasr models verify {folder}` hashes them again",
+                highlight=False, markup=False,
+            )
+            return
+        if folder is not None and not (folder / MANIFEST_NAME).is_file():
+            raise ModelError(
+                f"{folder} has no recorded checksums ({MANIFEST_NAME}); record them with "
+                f"`streamasr models verify {folder} --record`"
+            )
+        report = verify_folder(folder) if folder is not None else verify_installed(name)
     for rel in report.missing:
         typer.echo(f"missing  {rel}")
     for rel in report.changed:
         typer.echo(f"changed  {rel}")
     for rel in report.extra:
         typer.echo(f"extra    {rel} (not in the manifest; ignored)")
-    origin = {
-        "catalog": "matched the catalog",
-        "--sha256": "matched --sha256",
-        "pinned": "matched the sha256 pinned at the first download",
-    }.get(report.archive_checksum, "not published in catalog; recorded on first download")
-    err_console.print(
-        f"archive sha256 {report.archive_sha256} ({origin})", highlight=False
-    )
+    label = str(folder) if folder is not None else report.name
+    if not report.local:
+        origin = {
+            "catalog": "matched the catalog",
+            "--sha256": "matched --sha256",
+            "pinned": "matched the sha256 pinned at the first download",
+        }.get(report.archive_checksum, "not published in catalog; recorded on first download")
+        err_console.print(
+            f"archive sha256 {report.archive_sha256} ({origin})", highlight=False
+        )
     if report.ok:
-        typer.echo(f"ok: {report.checked} files of {report.name} match the manifest")
+        typer.echo(f"ok: {report.checked} files of {label} match the manifest")
         return
     bad = len(report.missing) + len(report.changed)
+    fix = (f"restore them, or if the change is yours, record the folder again with "
+           f"`streamasr models verify {folder} --record`"
+           if report.local
+           else f"run `streamasr models pull {name} --force` to reinstall")
     typer.echo(
-        f"FAILED: {bad} of {report.checked} files of {report.name} are missing or changed; "
-        f"run `streamasr models pull {name} --force` to reinstall",
+        f"FAILED: {bad} of {report.checked} files of {label} are missing or changed; {fix}",
         file=sys.stdout,
     )
     raise typer.Exit(1)

@@ -25,7 +25,7 @@ from streamasr.distribution.manifest import (
     check_model_path,
     verify_folder,
 )
-from streamasr.errors import ModelError
+from streamasr.errors import ModelError, UsageError
 
 LOCK_DIR = ".locks"
 NEMO_SUFFIX = ".nemo"
@@ -83,6 +83,18 @@ def verify_before_use(model: str | None, cache: Path | None = None) -> None:
         check_model_path(path, full=True)
     else:
         open_cached(model, cache, full=True)
+
+
+def folder_argument(name: str) -> Path | None:
+    """The folder `name` is a path of (`models verify PATH`), or None for a pulled model's
+    name; a file is a usage error (checksums are recorded for a folder)."""
+    path = Path(name).expanduser()
+    looks_like_path = "/" in name or name.startswith(".") or find_cached(name) is None
+    if not (looks_like_path and path.exists()):
+        return None
+    if not path.is_dir():
+        raise UsageError(f"{name} is a file; give the model folder it is in")
+    return path.resolve()
 
 
 def is_punctuation_folder(directory: Path) -> bool:

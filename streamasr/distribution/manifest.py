@@ -10,6 +10,11 @@
   for an edit that restored the mtime. A manifest from before sizes and mtimes were recorded
   is hashed once and then upgraded.
 
+- **A local folder** (a model of the user's, never pulled) has no manifest until
+  `streamasr models verify PATH --record` writes one (`"origin": "local"`, no archive); from
+  then on the check before use covers it as it covers a pulled model, and its errors name
+  `models verify PATH` and `--record` instead of a pull.
+
 Checksums of the archive itself, trusted on first download, are `distribution.pins`.
 Nothing here prints; details go to the "streamasr" logger.
 """
@@ -24,13 +29,15 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from streamasr.errors import ModelError
+from streamasr.errors import ModelError, UsageError
 
 log = logging.getLogger("streamasr")
 
 MANIFEST_NAME = ".streamasr-manifest.json"
 MANIFEST_FORMAT = 1
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
+#: The manifest's "origin" for a folder recorded in place (`models verify PATH --record`).
+LOCAL_ORIGIN = "local"
 #: Files a model loader picks up by globbing: one of these that the manifest does not list
 #: would be run unchecked, so it fails the check before use (other extra files are ignored).
 _LOADED_SUFFIXES = (".onnx", ".nemo")
@@ -124,7 +131,52 @@ def manifest_problem(data: object) -> str | None:
         return "'archive_sha256' is not a string"
     if not isinstance(data.get("archive_checksum", "recorded"), str):
         return "'archive_checksum' is not a string"
+    if not isinstance(data.get("origin", ""), str):
+        return "'origin' is not a string"
     return None
+
+
+def is_local(manifest: dict[str, object]) -> bool:
+    """A manifest `models verify PATH --record` wrote (no pull, no archive behind it)."""
+    return manifest.get("origin") == LOCAL_ORIGIN
+
+
+def record_folder(directory: Path) -> int:
+    """Pin a local model folder's files: write a local manifest of every file in it (sha256,
+    size, mtime_ns); the number of files. A folder a pull installed keeps its own manifest,
+    and a linked model file could not be checked before use, so both are refused."""
+    existing = directory / MANIFEST_NAME
+    if existing.is_file():
+        try:
+            data = json.loads(existing.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = {}  # a damaged manifest is replaced by a new record
+        if isinstance(data, dict) and "archive_sha256" in data and not is_local(data):
+            raise ModelError(
+                f"{directory} was installed by `streamasr models pull`: its checksums are "
+                f"those of the release; check it with `streamasr models verify "
+                f"{directory.name}`, or reinstall it with `streamasr models pull "
+                f"{directory.name} --force`"
+            )
+    if not any(p.suffix in _LOADED_SUFFIXES for p in directory.iterdir()):
+        raise UsageError(f"{directory} holds no .onnx or .nemo file, so it is no model folder; "
+                         "give the folder the model's files are in")
+    for path in sorted(directory.iterdir()):
+        if path.suffix in _LOADED_SUFFIXES and path.is_symlink():
+            raise ModelError(
+                f"{path} is a symbolic link; --record pins the files of the folder itself: "
+                "copy the file into the folder, then record it"
+            )
+    files = hash_tree(directory)
+    try:
+        write_manifest(directory, {"format": MANIFEST_FORMAT, "origin": LOCAL_ORIGIN,
+                                   "files": files})
+    except OSError as exc:
+        raise ModelError(
+            f"cannot write {existing} ({exc.strerror or exc}); --record keeps the checksums "
+            "in the model folder: make it writable, or record a copy of the folder"
+        ) from None
+    return len(files)
 
 
 # --- full verification ---------------------------------------------------------------------
@@ -142,6 +194,7 @@ class VerifyReport:
     extra: tuple[str, ...]  # present but not in the manifest; reported, not a failure
     archive_sha256: str | None
     archive_checksum: str  # "catalog", "--sha256", "pinned" or "recorded"
+    local: bool = False  # recorded in place (`verify PATH --record`): no archive behind it
 
     @property
     def ok(self) -> bool:
@@ -169,6 +222,7 @@ def verify_folder(directory: Path) -> VerifyReport:
         directory.name, directory, len(expected), tuple(missing), tuple(changed), tuple(extra),
         manifest.get("archive_sha256"),  # type: ignore[arg-type]
         str(manifest.get("archive_checksum", "recorded")),
+        is_local(manifest),
     )
 
 
@@ -203,7 +257,8 @@ def check_before_use(directory: Path, name: str | None = None, *, full: bool = F
         if full:
             log.warning(
                 "--verify: %s has no %s (it was not pulled with `streamasr models pull`), so "
-                "there is nothing to verify it against", directory, MANIFEST_NAME,
+                "there is nothing to verify it against; `streamasr models verify %s --record` "
+                "records its checksums", directory, MANIFEST_NAME, directory,
             )
         return UseCheck(directory, 0, 0, 0)
     label = name or directory.name
@@ -241,6 +296,13 @@ def check_before_use(directory: Path, name: str | None = None, *, full: bool = F
     ]
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        if is_local(manifest):
+            raise ModelChangedError(
+                f"model folder {directory} changed since its checksums were recorded: "
+                f"{problems[0]}{more}. Check it with `streamasr models verify {directory}`; "
+                "restore the file, or if the change is yours, record the folder again with "
+                f"`streamasr models verify {directory} --record`"
+            )
         raise ModelChangedError(
             f"model {label} changed since it was pulled: {problems[0]}{more}. Check it with "
             f"`streamasr models verify {label}`, and reinstall it with "

@@ -250,6 +250,7 @@ def _model_directory(model: str | None) -> Path:
         manifest.check_model_path(path)  # a pulled folder given by path is checked too
         return path
     if (root / model).is_dir():
+        manifest.check_model_path(root / model)  # a bundled folder recorded in place
         return root / model
     released = catalog.find(model)
     if released is not None and released.kind == "punctuation":
