@@ -291,7 +291,10 @@ def cues_of(
         start = max(words[first].start_s, not_before_s)
         free = words[stop].start_s if stop < count else last_free
         end = builder.timing(first, stop, start, free, sum(len(line) for line in lines))
-        cues.append(Cue(lines, round(start, 3), round(end, 3)))
+        # to the millisecond, rounding an extension up (not under its reading speed again)
+        up, limit = math.ceil(end * 1000 - 1e-6) / 1000, math.floor(free * 1000 + 1e-6) / 1000
+        end = max(round(end, 3), min(up, limit))
+        cues.append(Cue(lines, round(start, 3), end))
         not_before_s = end
     return cues
 
