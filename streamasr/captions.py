@@ -196,44 +196,72 @@ def _break_cost(before: Word, after: Word) -> float:
 
 
 class _Builder:
-    """Cue choices over one utterance's words; texts and wraps are computed once each."""
+    """Cue choices over one utterance's words. The length of any run of words as text is
+    read off prefix sums (`join_words` puts one space between words, none between CJK
+    characters), so trying a cue costs no string work."""
 
     def __init__(self, words: Sequence[Word], rules: CueRules) -> None:
         self.words = words
         self.rules = rules
-        self._texts: dict[tuple[int, int], str] = {}
+        self._sizes = [0]  # characters of words[:i]
+        self._spaces = [0, 0]  # spaces between the words of words[:i]
+        for index, word in enumerate(words):
+            self._sizes.append(self._sizes[-1] + len(word.text))
+            if index:
+                before, after = words[index - 1].text[-1:], word.text[:1]
+                joined = bool(before and after) and is_cjk(before) and is_cjk(after)
+                self._spaces.append(self._spaces[-1] + (0 if joined else 1))
+
+    def length(self, first: int, stop: int) -> int:
+        """Characters of words[first:stop] as one line."""
+        return self._sizes[stop] - self._sizes[first] + self._spaces[stop] - self._spaces[first + 1]
 
     def text(self, first: int, stop: int) -> str:
-        key = (first, stop)
-        if key not in self._texts:
-            self._texts[key] = join_words(w.text for w in self.words[first:stop])
-        return self._texts[key]
+        return join_words(w.text for w in self.words[first:stop])
 
-    def wrap(self, first: int, stop: int) -> tuple[tuple[str, ...], float] | None:
-        """The lines of words[first:stop] and what the breaks cost; None if they do not fit.
-        One line when it fits; otherwise the fewest lines, broken where lengths balance and
-        the break points are good (a slightly shorter top line preferred). A single word
-        longer than a line gets a line of its own."""
+    def fits(self, first: int, stop: int) -> bool:
+        """words[first:stop] fill at most `lines` lines of `line_chars` (each line as full as
+        it can be, which is the best test); a single word longer than a line fits alone."""
+        if stop - first == 1:
+            return True
+        position = first
+        for _ in range(self.rules.lines):
+            low, high = position, stop  # the longest line from position: words[position:high]
+            while low < high:
+                middle = (low + high + 1) // 2
+                if self.length(position, middle) <= self.rules.line_chars:
+                    low = middle
+                else:
+                    high = middle - 1
+            if low == stop:
+                return True
+            if low == position:
+                return False  # a word longer than a line, among others
+            position = low
+        return False
+
+    def wrap(self, first: int, stop: int) -> tuple[str, ...]:
+        """The lines of words[first:stop] (which fit): one line when it fits; otherwise the
+        fewest lines, broken where lengths balance and the break points are good (a slightly
+        shorter top line preferred)."""
         rules = self.rules
-        whole = self.text(first, stop)
-        if len(whole) <= rules.line_chars or stop - first == 1:
-            return (whole,), 0.0
-        best: tuple[tuple[str, ...], float] | None = None
+        if self.length(first, stop) <= rules.line_chars or stop - first == 1:
+            return (self.text(first, stop),)
         for count in range(2, rules.lines + 1):
+            best: tuple[float, tuple[int, ...]] | None = None
             for cuts in itertools.combinations(range(first + 1, stop), count - 1):
                 bounds = (first, *cuts, stop)
-                lines = tuple(self.text(a, b) for a, b in itertools.pairwise(bounds))
-                lengths = [len(line) for line in lines]
+                lengths = [self.length(a, b) for a, b in itertools.pairwise(bounds)]
                 if max(lengths) > rules.line_chars:
                     continue
                 cost = float(max(lengths) - min(lengths))
                 cost += sum(_break_cost(self.words[c - 1], self.words[c]) for c in cuts)
                 cost += 1.0 if lengths[0] > lengths[-1] else 0.0  # bottom-heavy preferred
-                if best is None or cost < best[1]:
-                    best = (lines, cost)
+                if best is None or cost < best[0]:
+                    best = (cost, bounds)
             if best is not None:
-                return best
-        return None
+                return tuple(self.text(a, b) for a, b in itertools.pairwise(best[1]))
+        return (self.text(first, stop),)
 
     def timing(
         self, first: int, stop: int, start_s: float, free_until_s: float, chars: int
@@ -273,12 +301,9 @@ def cues_of(
                 continue
             if stop - first > 1 and words[stop - 1].end_s - words[first].start_s > rules.max_s:
                 break
-            wrapped = builder.wrap(first, stop)
-            if wrapped is None:
+            if not builder.fits(first, stop):
                 break
-            lines, wrap_cost = wrapped
-            cost = best[first] + _cue_cost(builder, first, stop, lines, not_before_s, last_free)
-            cost += 0.2 * wrap_cost
+            cost = best[first] + _cue_cost(builder, first, stop, not_before_s, last_free)
             if cost < best[stop]:
                 best[stop], choice[stop] = cost, first
     bounds = [count]
@@ -287,7 +312,7 @@ def cues_of(
     bounds.reverse()
     cues = []
     for first, stop in itertools.pairwise(bounds):
-        lines = (builder.wrap(first, stop) or ((builder.text(first, stop),), 0.0))[0]
+        lines = builder.wrap(first, stop)
         start = max(words[first].start_s, not_before_s)
         free = words[stop].start_s if stop < count else last_free
         end = builder.timing(first, stop, start, free, sum(len(line) for line in lines))
@@ -303,7 +328,6 @@ def _cue_cost(
     builder: _Builder,
     first: int,
     stop: int,
-    lines: tuple[str, ...],
     not_before_s: float,
     last_free_s: float,
 ) -> float:
@@ -311,7 +335,7 @@ def _cue_cost(
     words, rules = builder.words, builder.rules
     start = words[first].start_s if first else max(words[0].start_s, not_before_s)
     free = words[stop].start_s if stop < len(words) else last_free_s
-    chars = sum(len(line) for line in lines)
+    chars = builder.length(first, stop)  # at least the lines' characters
     end = builder.timing(first, stop, start, free, chars)
     duration = end - start
     cost = 20.0  # fewer, fuller cues
