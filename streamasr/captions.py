@@ -118,10 +118,7 @@ class CueStats:
             parts.append(f"{self.orphans} hold fewer than {rules.min_words} words")
         if not parts:
             return ""
-        return (
-            f"{' and '.join(parts)} of {self.cues} cues: the speech leaves no silence to extend "
-            "them into"
-        )
+        return f"of {self.cues} cues, {', '.join(parts)}: the speech left no room to do better"
 
 
 def words_of(tokens: Sequence[str], times_s: Sequence[float], end_s: float) -> tuple[Word, ...]:
