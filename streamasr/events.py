@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 from streamasr.captions import Word, words_of
 from streamasr.prefix import Prefix
+from streamasr.tokens import split_words
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -107,10 +108,9 @@ class Final(Event):
 
     def __post_init__(self) -> None:
         if not self.words and self.tokens and len(self.token_times_s) == len(self.tokens):
-            # only where the pieces spell the text (not byte-level pieces like <0xE4>)
-            spelled = "".join(self.tokens).replace(" ", "")
-            if spelled == self.text.replace(" ", ""):
-                words = words_of(self.tokens, self.token_times_s, self.end_s)
+            # only where the pieces spell the text's words (tokens.split_words: the one rule)
+            words = words_of(self.tokens, self.token_times_s, self.end_s)
+            if [word.text for word in words] == split_words(self.text):
                 object.__setattr__(self, "words", words)
 
 

@@ -16,7 +16,16 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from streamasr.captions import Word, caption_time, cues_of, sentence_case
+from streamasr.captions import (
+    CueRules,
+    CueStats,
+    Word,
+    caption_time,
+    cues_of,
+    even_words,
+    respelled,
+    sentence_case,
+)
 from streamasr.errors import StreamAsrError
 from streamasr.events import Event, Final, FirstToken, Partial, StreamSummary
 from streamasr.level import LevelReading
@@ -25,7 +34,7 @@ from streamasr.render_bars import (  # noqa: F401 - the bars stay importable fro
     meter_text,
     progress_table,
 )
-from streamasr.tokens import shared_prefix_len
+from streamasr.tokens import shared_prefix_len, split_words
 
 #: How JSONL writes partials: each whole ("full"), or what changed since the previous one
 PARTIALS = ("full", "delta")
@@ -254,19 +263,25 @@ class JsonlRenderer:
 
 class SubtitleRenderer:
     """SRT or WebVTT cues from finals, written as each final is committed (live, not at the
-    end). Cues follow common caption rules (captions.py): two lines of 42 characters at most,
-    7 s at most, split between words by their times, never overlapping. Several inputs in
-    one WebVTT: each input's cues follow a NOTE naming it, numbered from 1 again (SRT has no
-    comments: the file command asks for --output-dir instead). `quiet`: no summary lines."""
+    end). Cues follow subtitle practice (captions.CueRules: two lines of 42 characters, 0.8
+    to 7 s, 20 characters/s at most), split between words by their times, never overlapping;
+    a final's last cue may extend into the silence up to the audio read when the final was
+    committed (the next utterance cannot start before that). Several inputs in one WebVTT:
+    each input's cues follow a NOTE naming it, numbered from 1 again (SRT has no comments:
+    the file command asks for --output-dir instead). `quiet`: no summary lines. `stats`: the
+    current input's cues, and how many the speech made break a rule (`note()` says so)."""
 
     def __init__(
-        self, out: IO[str], err: Console, realtime: bool, vtt: bool = False, quiet: bool = False
+        self, out: IO[str], err: Console, realtime: bool, vtt: bool = False, quiet: bool = False,
+        rules: CueRules | None = None,
     ) -> None:
         self.out = out
         self.err = err
         self.realtime = realtime
         self.vtt = vtt
         self.quiet = quiet
+        self.rules = rules or CueRules()
+        self.stats = CueStats()
         self._index = 0
         self._last_end_s = 0.0
         self._inputs = 0
@@ -279,12 +294,17 @@ class SubtitleRenderer:
         self._inputs += 1
         self._index = 0
         self._last_end_s = 0.0
+        self.stats = CueStats()
 
     def event(self, event: Event) -> None:
         if not isinstance(event, Final) or not event.text.strip():
             return
         separator = "." if self.vtt else ","
-        for cue in cues_of(event.words or _even_words(event), self._last_end_s):
+        words = event.words or _even_words(event)
+        free_until_s = max(event.end_s, event.audio_s)
+        cues = cues_of(words, self._last_end_s, self.rules, free_until_s)
+        self.stats.count(cues, self.rules, len(words))
+        for cue in cues:
             self._index += 1
             start, end = caption_time(cue.start_s, separator), caption_time(cue.end_s, separator)
             self.out.write(f"{self._index}\n{start} --> {end}\n" + "\n".join(cue.lines) + "\n\n")
@@ -294,6 +314,12 @@ class SubtitleRenderer:
     def end(self, summary: StreamSummary) -> None:
         if not self.quiet:
             self.err.print(escape(summary_line(summary, self.realtime)), highlight=False)
+            if self.note():
+                self.err.print(escape(f"{summary.source}: {self.note()}"), highlight=False)
+
+    def note(self) -> str:
+        """The cues of this input that break a caption rule, in one sentence ('' if none)."""
+        return self.stats.note(self.rules)
 
 
 class SentenceCaseRenderer:
@@ -308,11 +334,8 @@ class SentenceCaseRenderer:
 
     def event(self, event: Event) -> None:
         if isinstance(event, Final) and event.text:
-            cased = sentence_case(event.text).split()
-            words = event.words
-            if len(cased) == len(words):
-                words = tuple(replace(w, text=t) for w, t in zip(words, cased, strict=True))
-            event = replace(event, text=sentence_case(event.text), words=words)
+            text = sentence_case(event.text)
+            event = replace(event, text=text, words=respelled(event.words, text))
         self.inner.event(event)
 
     def end(self, summary: StreamSummary) -> None:
@@ -334,11 +357,7 @@ class PunctuationRenderer:
     def event(self, event: Event) -> None:
         if isinstance(event, Final) and event.text.strip():
             text = self.punctuate(event.text)
-            spelled = text.split()
-            words = event.words
-            if len(spelled) == len(words):
-                words = tuple(replace(w, text=t) for w, t in zip(words, spelled, strict=True))
-            event = replace(event, text=text, words=words)
+            event = replace(event, text=text, words=respelled(event.words, text))
         self.inner.event(event)
 
     def end(self, summary: StreamSummary) -> None:
@@ -347,12 +366,7 @@ class PunctuationRenderer:
 
 def _even_words(final: Final) -> tuple[Word, ...]:
     """Words spread evenly over the final, for engines that give no token times."""
-    texts = final.text.split()
-    step = (final.end_s - final.start_s) / max(1, len(texts))
-    return tuple(
-        Word(text, final.start_s + i * step, final.start_s + (i + 1) * step)
-        for i, text in enumerate(texts)
-    )
+    return even_words(split_words(final.text), final.start_s, final.end_s)
 
 
 def text_header(source: str) -> str:
@@ -378,6 +392,7 @@ class RenderTarget:
     partials: str = "full"
     quiet: bool = False
     headers: bool = False
+    cues: CueRules = CueRules()  # what subtitle cues keep to (srt, vtt)
 
 
 @dataclass(frozen=True)
@@ -411,11 +426,13 @@ RENDERERS: dict[str, RendererEntry] = {
         RendererEntry("jsonl", "every event", lambda t: JsonlRenderer(_stdout(t), t.partials)),
         RendererEntry(
             "srt", "subtitles",
-            lambda t: SubtitleRenderer(_stdout(t), t.err, t.realtime, quiet=t.quiet),
+            lambda t: SubtitleRenderer(_stdout(t), t.err, t.realtime, quiet=t.quiet, rules=t.cues),
         ),
         RendererEntry(
             "vtt", "WebVTT subtitles",
-            lambda t: SubtitleRenderer(_stdout(t), t.err, t.realtime, vtt=True, quiet=t.quiet),
+            lambda t: SubtitleRenderer(
+                _stdout(t), t.err, t.realtime, vtt=True, quiet=t.quiet, rules=t.cues
+            ),
         ),
     )
 }

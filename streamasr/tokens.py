@@ -22,6 +22,7 @@ and a CJK character next to a Latin word gets one space between them.
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -197,6 +198,80 @@ def tidy_spacing(text: str) -> str:
         prev = char
         gap = False
     return "".join(out)
+
+
+def _is_separator(char: str) -> bool:
+    return char.isspace() or not char.isprintable()
+
+
+def _word_ranges(chars: Sequence[str]) -> list[tuple[int, int]]:
+    """[start, end) of each word in `chars`: whitespace (and unprintable characters)
+    separates words, and a CJK character is a word of its own."""
+    ranges: list[tuple[int, int]] = []
+    start = -1
+    for index, char in enumerate(chars):
+        if _is_separator(char) or is_cjk(char):
+            if start >= 0:
+                ranges.append((start, index))
+                start = -1
+            if not _is_separator(char):
+                ranges.append((index, index + 1))
+        elif start < 0:
+            start = index
+    if start >= 0:
+        ranges.append((start, len(chars)))
+    return ranges
+
+
+def split_words(text: str) -> list[str]:
+    """The words of a text, the one rule every output uses (text, JSONL words, captions, the
+    finishers): whitespace separates words, and a CJK character is a word of its own."""
+    return [text[start:end] for start, end in _word_ranges(text)]
+
+
+def join_words(words: Iterable[str]) -> str:
+    """Words back into text with `tidy_spacing`'s rule: one space between words, none
+    between CJK characters."""
+    return tidy_spacing(" ".join(words))
+
+
+@dataclass(frozen=True)
+class PieceWord:
+    """One word of a piece sequence and the pieces it came from (indices into the pieces)."""
+
+    text: str
+    first_piece: int  # the piece that gave its first byte
+    last_piece: int  # the piece that gave its last byte
+
+
+def piece_words(pieces: Sequence[str]) -> tuple[PieceWord, ...]:
+    """The words of `assemble(pieces, final=True).text` by `split_words`, each with the pieces
+    it came from. Bytes are decoded as `assemble` decodes them (byte-level pieces included;
+    what forms no character is dropped), so the words always spell that text: a piece that is
+    only a space (some vocabularies have one) separates words as it does in the text."""
+    decoder = codecs.getincrementaldecoder("utf-8")("ignore")
+    chars: list[str] = []
+    origins: list[int] = []  # the piece each character's first byte came from
+    ends: list[int] = []  # the piece that completed it
+    pending_from = 0  # the piece that gave the first byte still held by the decoder
+    for index, piece in enumerate(pieces):
+        value = byte_value(piece)
+        if value is not None:
+            data = bytes([value])
+        else:
+            data = piece.replace(WORD_BOUNDARY, " ").encode("utf-8")
+        if not decoder.getstate()[0]:
+            pending_from = index
+        for char in decoder.decode(data):
+            if char != "\ufffd":  # a tokens.txt may itself hold U+FFFD; it is never shown
+                chars.append(char)
+                origins.append(pending_from)
+                ends.append(index)
+            pending_from = index
+    return tuple(
+        PieceWord("".join(chars[start:end]), origins[start], ends[end - 1])
+        for start, end in _word_ranges(chars)
+    )
 
 
 # Incremental assembly. A streaming engine hands out its whole hypothesis after every encoder

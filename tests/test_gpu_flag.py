@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from warm_nemo import WarmNemo
 
+from streamasr.tokens import split_words
+
 REPO = Path(__file__).resolve().parent.parent
 NEMO_MODEL = "models/tiny-nemo-streaming/tiny-nemo-streaming.nemo"
 WAV = "models/tiny-en/test_wavs/1.wav"
@@ -99,6 +101,8 @@ def test_nemo_on_cpu_streams_a_file_and_prints_text(warm_nemo: WarmNemo) -> None
     # FastConformer emits every 80 ms: token times fall on that grid, not Zipformer's 40 ms
     times = [t for f in finals for t in f["token_times_s"]]
     assert times and all(abs(t / 0.08 - round(t / 0.08)) < 1e-6 for t in times)
+    # the words are the text's (one split for every output: tests/test_word_truth.py)
+    assert all([w["text"] for w in f["words"]] == split_words(f["text"]) for f in finals)
     summary = records[-1]
     assert summary["type"] == "summary"
 

@@ -206,7 +206,7 @@ class _Collect:
         pass
 
 
-def test_renderer_replaces_finals_only_and_words_when_counts_match() -> None:
+def test_renderer_replaces_finals_only_and_always_their_words() -> None:
     punctuator = Punctuator(PUNCT)
     inner = _Collect()
     renderer = PunctuationRenderer(inner, punctuator.punctuate)  # type: ignore[arg-type]
@@ -215,7 +215,8 @@ def test_renderer_replaces_finals_only_and_words_when_counts_match() -> None:
     renderer.event(partial)
     renderer.event(Final(seq=2, audio_s=0.6, wall_s=0.0, segment=0,
                          text="HOW ARE YOU", start_s=0.0, end_s=0.6, words=words))
-    # words that do not line up with the text (an engine's own units) keep their text
+    # words that do not line up with the text still take its words (one truth), sharing the
+    # old words' span evenly
     renderer.event(Final(seq=3, audio_s=0.9, wall_s=0.0, segment=1,
                          text="HOW ARE YOU", start_s=0.6, end_s=0.9, words=words[:2]))
     renderer.event(Final(seq=4, audio_s=1.0, wall_s=0.0, segment=2, text="",
@@ -227,7 +228,8 @@ def test_renderer_replaces_finals_only_and_words_when_counts_match() -> None:
     assert [w.text for w in second.words] == expected.split()
     assert [(w.start_s, w.end_s) for w in second.words] == [(w.start_s, w.end_s) for w in words]
     assert isinstance(third, Final) and third.text == expected
-    assert third.words == words[:2]
+    assert [w.text for w in third.words] == expected.split()
+    assert (third.words[0].start_s, third.words[-1].end_s) == (0.0, 0.4)
     assert isinstance(empty, Final) and empty.text == ""
 
 

@@ -18,6 +18,7 @@ from rich.markup import escape
 
 from streamasr.backends.base import DEFAULT_THREADS, THREADS_MAX, check_threads
 from streamasr.backends.options import check_number
+from streamasr.captions import CueRules
 from streamasr.errors import InputError, OutputError, ReaderGone, StreamAsrError, UsageError
 from streamasr.onset import OnsetOptions
 from streamasr.render import FORMATS, PARTIALS, RENDERERS, Renderer, RenderTarget, formats_help
@@ -130,12 +131,15 @@ def check_partials(partials: str, fmt: str) -> None:
 
 
 def make_renderer(
-    fmt: str, realtime: bool, partials: str = "full", quiet: bool = False, headers: bool = False
+    fmt: str, realtime: bool, partials: str = "full", quiet: bool = False, headers: bool = False,
+    cues: CueRules | None = None,
 ) -> Renderer:
     """The renderer for a format (render.RENDERERS), writing data to stdout and messages to
     stderr (with `quiet`, no summary or first-token lines: JSONL's records are data and
-    stay; with `headers`, several inputs are told apart)."""
-    target = RenderTarget(None, err_console, realtime, partials, quiet, headers)
+    stay; with `headers`, several inputs are told apart; `cues`: subtitle cue rules)."""
+    target = RenderTarget(
+        None, err_console, realtime, partials, quiet, headers, cues or CueRules()
+    )
     return RENDERERS[fmt].make(target)
 
 

@@ -19,6 +19,7 @@ from streamasr.audio import (
     open_source,
 )
 from streamasr.backends.base import Recognizer
+from streamasr.captions import CueRules
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
     ChannelsOpt,
@@ -37,6 +38,7 @@ from streamasr.commands.common import (
     report_error,
     setup_logging,
 )
+from streamasr.commands.cue_options import with_cue_options
 from streamasr.commands.options import ModelOptions, build, with_model_options
 from streamasr.commands.output_dir import OutputDirRenderer, check_output_dir, parse_formats
 from streamasr.commands.remote import ServerOpt, file_over_server
@@ -135,11 +137,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command("file")
     @with_model_options()
+    @with_cue_options()
     def file_command(
         paths: Annotated[
             list[str], typer.Argument(help="Audio files (wav, flac, ogg, ...); '-' reads stdin.")
         ],
         model_options: ModelOptions,
+        cue_rules: CueRules,
         realtime: Annotated[
             bool,
             typer.Option(help="Feed at the audio's own speed, so wall-clock timings are real."),
@@ -186,6 +190,10 @@ def register(app: typer.Typer) -> None:
             if server is not None:
                 with cli_errors():
                     raise UsageError("--ray and --server both say where to decode; pick one")
+            if cue_rules != CueRules():
+                with cli_errors():
+                    raise UsageError("the --cue-* options are not sent to Ray tasks; drop them "
+                                     "with --ray (its cues keep the defaults), or drop --ray")
             file_on_ray(ray, paths, model_options, output_dir, fmt, partials,
                         (raw, rate, channels), realtime, punctuate, sentence_case, quiet)
             return
@@ -198,7 +206,7 @@ def register(app: typer.Typer) -> None:
                     )
             file_over_server(
                 server, paths, model_options, realtime, (raw, rate, channels), fmt, partials,
-                quiet,
+                quiet, cues=cue_rules,
             )
             return
         with cli_errors():
@@ -209,7 +217,7 @@ def register(app: typer.Typer) -> None:
                 check_partials(partials, "jsonl" if "jsonl" in formats else formats[0])
                 check_output_dir(output_dir, paths)
                 renderer = OutputDirRenderer(
-                    output_dir, formats, err_console, realtime, partials, quiet
+                    output_dir, formats, err_console, realtime, partials, quiet, cues=cue_rules
                 )
             else:
                 fmt_name = choose_format(fmt)
@@ -220,7 +228,7 @@ def register(app: typer.Typer) -> None:
                         "for one .srt per input, or --format vtt (one file, a NOTE per input)"
                     )
                 renderer = make_renderer(
-                    fmt_name, realtime, partials, quiet, headers=len(paths) > 1
+                    fmt_name, realtime, partials, quiet, headers=len(paths) > 1, cues=cue_rules
                 )
             check_inputs_exist(paths)
             punctuator = load_punctuator(punctuate, sentence_case)

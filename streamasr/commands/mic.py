@@ -8,6 +8,7 @@ from typing import IO, Annotated
 
 import typer
 
+from streamasr.captions import CueRules
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
     FormatOpt,
@@ -21,6 +22,7 @@ from streamasr.commands.common import (
     report_error,
     setup_logging,
 )
+from streamasr.commands.cue_options import with_cue_options
 from streamasr.commands.options import (
     ModelOptions,
     build,
@@ -173,6 +175,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("mic")
     @with_model_options(rename={"device": "--compute-device"})
+    @with_cue_options()
     def mic_command(
         *,
         device: DeviceOpt = None,
@@ -181,6 +184,7 @@ def register(app: typer.Typer) -> None:
         save: SaveOpt = None,
         log_path: LogOpt = None,
         model_options: ModelOptions,
+        cue_rules: CueRules,
         max_backlog: BacklogOpt = DEFAULT_MAX_BACKLOG_S,
         server: ServerOpt = None,
         fmt: FormatOpt = None,
@@ -225,7 +229,7 @@ def register(app: typer.Typer) -> None:
                     recognizer, options = build(model_options, paced=True)
                     open_session = None
                     block_s = options.block_s or recognizer.chunk_s
-                renderer = make_renderer(fmt_name, True, quiet=quiet)
+                renderer = make_renderer(fmt_name, True, quiet=quiet, cues=cue_rules)
                 source = MicSource(chosen, block_s, channel, max_backlog)
                 if save is not None:
                     writer = AudioWriter(save, source.sample_rate)

@@ -18,9 +18,10 @@ from typing import IO, cast
 from rich.console import Console
 
 from streamasr.audio import STDIN_NAME
+from streamasr.captions import CueRules
 from streamasr.errors import OutputError, UsageError
 from streamasr.events import Event, StreamSummary
-from streamasr.render import RENDERERS, Renderer, RenderTarget, summary_line
+from streamasr.render import RENDERERS, Renderer, RenderTarget, SubtitleRenderer, summary_line
 
 # --format name -> file extension
 FILE_FORMATS = {"txt": "txt", "text": "txt", "jsonl": "jsonl", "srt": "srt", "vtt": "vtt"}
@@ -110,8 +111,10 @@ class OutputDirRenderer:
     """Fans each input's events out to one renderer per format, each writing its own file."""
 
     def __init__(self, directory: Path, formats: tuple[str, ...], err: Console, realtime: bool,
-                 partials: str = "full", quiet: bool = False) -> None:
+                 partials: str = "full", quiet: bool = False,
+                 cues: CueRules | None = None) -> None:
         self.directory = directory
+        self.cues = cues or CueRules()
         self.formats = formats
         self.err = err
         self.realtime = realtime
@@ -122,7 +125,7 @@ class OutputDirRenderer:
 
     def _renderer(self, ext: str, file: _File) -> Renderer:
         out = cast(IO[str], file)  # what the renderers need of it: write and flush
-        target = RenderTarget(out, self._quiet, self.realtime, self.partials)
+        target = RenderTarget(out, self._quiet, self.realtime, self.partials, cues=self.cues)
         return RENDERERS[RENDERER_OF[ext]].make(target)
 
     def begin(self, source: str) -> None:
@@ -141,6 +144,7 @@ class OutputDirRenderer:
     def end(self, summary: StreamSummary) -> None:
         """Close and rename every file of this input, then one summary line on stderr."""
         written = []
+        notes = {r.note() for _, _, r in self._open if isinstance(r, SubtitleRenderer)}
         try:
             for out, final, renderer in self._open:
                 renderer.end(summary)
@@ -155,3 +159,5 @@ class OutputDirRenderer:
         if not self.quiet:
             line = summary_line(summary, self.realtime)
             self.err.print(f"{line} -> {', '.join(written)}", highlight=False, markup=False)
+            for note in sorted(notes - {""}):
+                self.err.print(f"{summary.source}: {note}", highlight=False, markup=False)

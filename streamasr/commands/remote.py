@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from streamasr.captions import CueRules
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
     check_partials,
@@ -104,6 +105,7 @@ def file_over_server(
     fmt: str | None,
     partials: str,
     quiet: bool = False,
+    cues: CueRules | None = None,
 ) -> None:
     """The `file` command with --server: every input through the remote model."""
     from streamasr.audio import open_source, paced
@@ -115,7 +117,9 @@ def file_over_server(
         raw_format = raw_input_format(*raw_format_args)
         fmt_name = choose_format(fmt)
         check_partials(partials, fmt_name)
-        renderer = make_renderer(fmt_name, realtime, partials, quiet, headers=len(paths) > 1)
+        renderer = make_renderer(
+            fmt_name, realtime, partials, quiet, headers=len(paths) > 1, cues=cues
+        )
         model = remote_model(url, model_options)
     failed = 0
     with model:
