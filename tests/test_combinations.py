@@ -1,10 +1,11 @@
 """Every input path with every output format and every finishing step.
 
 A table: input (file, stdin, raw stdin, `--server`, the microphone through a PulseAudio null
-sink, `--ray`) x format (text, jsonl, srt, vtt on stdout; txt with -o) x finisher (none,
---sentence-case, --punctuate with the tiny punctuation model). Each cell either equals what
-a local `streamasr file` writes for the same audio (JSONL compared without the clocks) or is
-refused with exit 2 and one line before any audio or model work; no cell prints a traceback.
+sink locally and with `--server`, `--ray`) x format (text, jsonl, srt, vtt on stdout; txt
+with -o) x finisher (none, --sentence-case, --punctuate with the tiny punctuation model).
+Each cell either equals what a local `streamasr file` writes for the same audio (JSONL
+compared without the clocks) or is refused with exit 2 and one line before any audio or
+model work; no cell prints a traceback.
 
 Cheap by design: one server and one PulseAudio server for the module, one short clip, the
 cells run a few at a time, the microphone cells all listen to one playback at once, and the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -45,7 +47,7 @@ FINISHERS: dict[str, tuple[str, ...]] = {
 STDOUT_FORMATS = ("text", "jsonl", "srt", "vtt")
 FILE_FORMATS = ("txt", "jsonl", "srt", "vtt")  # what -o DIR writes in one run
 FORMATS = (*STDOUT_FORMATS, "txt -o")
-INPUTS = ("file", "stdin", "raw stdin", "--server", "mic", "--ray")
+INPUTS = ("file", "stdin", "raw stdin", "--server", "mic", "mic --server", "--ray")
 #: Cells that cannot work, with the reason; everything else must equal local `file`.
 REFUSED: dict[tuple[str, str, str], str] = {
     **{("--ray", fmt, fin): "--ray writes files: needs -o DIR"
@@ -58,7 +60,7 @@ REFUSED: dict[tuple[str, str, str], str] = {
 NOT_RUN = {
     ("--ray", "txt -o", "none"): "not run (cluster)",
     ("--ray", "txt -o", "--sentence-case"): "not run (cluster)",
-    **{("mic", "txt -o", fin): "n/a (no -o)" for fin in FINISHERS},
+    **{(mic, "txt -o", fin): "n/a (no -o)" for fin in FINISHERS for mic in ("mic", "mic --server")},
 }
 CELL_TIMEOUT_S = 120
 
@@ -155,45 +157,57 @@ def server() -> Iterator[ServerProcess]:
         yield process
 
 
-def mic_outcomes(pulse: PulseServer, tmp: Path) -> dict[tuple[str, str, str], Outcome]:
-    """Every mic cell from one playback: a capture per format and finisher listening at
-    once, each compared with local `file` on the audio it saved (--save); JSONL from --log."""
-    duration = f"{sf.info(str(CLIP)).duration + 2.5:.2f}"
-    runs: dict[tuple[str, str], tuple[subprocess.Popen[bytes], Path, Path]] = {}
-    for finisher in FINISHERS:
-        for fmt in ("text", "srt", "vtt"):
-            key = f"{fmt}-{finisher.strip('-')}"
-            saved, log = tmp / f"mic-{key}.wav", tmp / f"mic-{key}.jsonl"
-            process = subprocess.Popen(
-                [sys.executable, "-m", "streamasr", "mic", "--device", "pulse", "--model", MODEL,
-                 "--duration", duration, "--save", str(saved), "--log", str(log),
-                 "--format", fmt, *FINISHERS[finisher]],
-                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env={**pulse.env, "PYTHONPATH": str(REPO)})
-            runs[(fmt, finisher)] = (process, saved, log)
-    deadline = time.monotonic() + 90
-    while not all(saved.exists() for _, saved, _ in runs.values()):  # all capturing
-        assert time.monotonic() < deadline, "the microphone runs never started capturing"
-        assert all(p.poll() is None for p, _, _ in runs.values()), "a mic run ended early"
-        time.sleep(0.1)
+def mic_outcomes(pulse: PulseServer, server: ServerProcess, tmp: Path,
+                 ) -> dict[tuple[str, str, str], Outcome]:
+    """Every mic cell, local and `--server`, from one playback: a capture per format and
+    finisher listening at once (started one after another: PortAudio's device scan is not
+    for many at once), stopped by Ctrl-C after it, each compared with local `file` on the
+    audio it saved (--save); the JSONL cell is its --log."""
+    decoders = {"mic": ("--model", MODEL), "mic --server": ("--server", server.url)}
+    runs: dict[tuple[str, str, str], tuple[subprocess.Popen[bytes], Path, Path]] = {}
+    errs: dict[tuple[str, str, str], Path] = {}
+    for name, decoder in decoders.items():
+        for finisher in FINISHERS:
+            for fmt in ("text", "srt", "vtt"):
+                key = f"{name}-{fmt}-{finisher}".replace(" ", "").replace("-", "")
+                saved, log = tmp / f"{key}.wav", tmp / f"{key}.jsonl"
+                errs[(name, fmt, finisher)] = err = tmp / f"{key}.err"
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "streamasr", "mic", "--device", "pulse", *decoder,
+                     "--save", str(saved), "--log", str(log),
+                     "--format", fmt, *FINISHERS[finisher]],
+                    cwd=REPO, stdout=subprocess.PIPE, stderr=err.open("wb"),
+                    env={**pulse.env, "PYTHONPATH": str(REPO)})
+                runs[(name, fmt, finisher)] = (process, saved, log)
+                deadline = time.monotonic() + 60
+                while "listening:" not in err.read_text():  # capturing: start the next
+                    assert time.monotonic() < deadline and process.poll() is None, (
+                        err.read_text())
+                    time.sleep(0.05)
     time.sleep(0.6)  # ALSA's first block is silence from before the server delivers audio
     assert pulse.play(CLIP).wait(timeout=60) == 0
+    time.sleep(2.5)  # the last words out and an endpoint; then Ctrl-C, as a user stops it
+    for process, _, _ in runs.values():
+        process.send_signal(signal.SIGINT)
     outcomes: dict[tuple[str, str, str], Outcome] = {}
-    finished = {key: (process.communicate(timeout=CELL_TIMEOUT_S), saved, log)
+    finished = {key: ((process.communicate(timeout=CELL_TIMEOUT_S)[0],
+                       errs[key].read_bytes()), saved, log)
                 for key, (process, saved, log) in runs.items()}
     for finisher in FINISHERS:
-        keys = [key for key in finished if key[1] == finisher]
+        keys = [key for key in finished if key[2] == finisher]
         saved_files = [finished[key][1] for key in keys]
         expected = references(tmp / f"mic-ref-{finisher.strip('-')}", saved_files, finisher)
-        for fmt, _ in keys:
-            (out, err), saved, log = finished[(fmt, finisher)]
-            done = subprocess.CompletedProcess([], runs[(fmt, finisher)][0].returncode, out, err)
-            outcomes[("mic", fmt, finisher)] = judge(done, fmt, expected[saved][fmt])
-        # --log is the JSONL cell: the very events of the capture (one of them is enough)
-        (out, err), saved, log = finished[keys[0]]
-        done = subprocess.CompletedProcess([], 0, out, err)
-        outcomes[("mic", "jsonl", finisher)] = judge(done, "jsonl", expected[saved]["jsonl"],
-                                                     log.read_text)
+        for key in keys:
+            (out, err), saved, log = finished[key]
+            code = runs[key][0].returncode
+            stopped = code == 130 and b"interrupted" in err  # Ctrl-C, flushed: the way to stop
+            done = subprocess.CompletedProcess([], 0 if stopped else code, out, err)
+            outcomes[key] = judge(done, key[1], expected[saved][key[1]])
+        for name in decoders:  # --log is the JSONL cell: the very events of the capture
+            (out, err), saved, log = finished[(name, "text", finisher)]
+            done = subprocess.CompletedProcess([], 0, out, err)
+            outcomes[(name, "jsonl", finisher)] = judge(
+                done, "jsonl", expected[saved]["jsonl"], log.read_text)
     return outcomes
 
 
@@ -223,7 +237,7 @@ def outcomes(server: ServerProcess, pulse_server: PulseServer,
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = dict(zip([key for key, _ in cells], pool.map(lambda c: c[1](), cells),
                            strict=True))
-    results.update(mic_outcomes(pulse_server, tmp))
+    results.update(mic_outcomes(pulse_server, server, tmp))
     table = os.environ.get("COMBINATIONS_TABLE")
     if table:
         Path(table).write_text(markdown(results))
