@@ -174,12 +174,12 @@ def register(app: typer.Typer) -> None:
                         (raw, rate, channels), realtime, punctuate, sentence_case, quiet)
             return
         with cli_errors():
+            if server is not None:
+                check_remote_options(model_options)  # the server's model options
             raw_format = raw_input_format(raw, rate, channels)
             renderer, draws = file_renderer(output_dir, fmt, partials, paths, realtime, quiet)
             if server is None:
                 check_inputs_exist(paths)
-            else:
-                check_remote_options(model_options)  # the server's model options
             finishing = load_finishing(punctuate, sentence_case)
         renderer = finished(renderer, finishing)
         if server is not None:  # the same output, decoded by `streamasr serve` at that URL
