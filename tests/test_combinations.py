@@ -54,12 +54,13 @@ REFUSED: dict[tuple[str, str, str], str] = {
        for fmt in STDOUT_FORMATS for fin in FINISHERS},
     ("--ray", "txt -o", "--punctuate"): "--punctuate runs on local decoding only",
 }
-#: Cells not run here, and why: a Ray cluster costs more than this whole file
-#: (tests/test_ray_*.py run `file --ray -o DIR` on their own cluster); mic writes no files
-#: (its --log and --save are the files of a live session).
+#: Cells not run here, and why: a Ray cluster costs more than this whole file, so
+#: tests/test_ray_cluster.py runs these two on its own cluster (its `file` tests, every
+#: output equal to a local run's); mic writes no files (its --log and --save are the files
+#: of a live session).
 NOT_RUN = {
-    ("--ray", "txt -o", "none"): "not run (cluster)",
-    ("--ray", "txt -o", "--sentence-case"): "not run (cluster)",
+    ("--ray", "txt -o", "none"): "= file (test_ray_cluster.py)",
+    ("--ray", "txt -o", "--sentence-case"): "= file (test_ray_cluster.py)",
     **{(mic, "txt -o", fin): "n/a (no -o)" for fin in FINISHERS for mic in ("mic", "mic --server")},
 }
 CELL_TIMEOUT_S = 120
