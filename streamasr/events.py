@@ -2,6 +2,9 @@
 
 Every event carries `seq` (strictly increasing within a stream), `audio_s` (seconds of audio
 fed so far) and `wall_s` (monotonic seconds since the stream started).
+
+The same objects come from every source: the local engine, a `streamasr serve` session (its
+JSON records read back by `event_from_dict`), a Ray task or the library.
 """
 
 from __future__ import annotations
@@ -20,6 +23,12 @@ if TYPE_CHECKING:
 
 def _is_record(value: object) -> TypeGuard[DataclassInstance]:
     return is_dataclass(value) and not isinstance(value, type)
+
+
+#: The version of the event records `streamasr serve` sends (`"v"` in each record): a
+#: reader refuses records of a later version instead of misreading them. Version 1: the
+#: records of `streamasr file --format jsonl` (Event.to_dict, words as objects).
+WIRE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -133,3 +142,34 @@ class StreamSummary:
     def rtf(self) -> float:
         """Compute seconds per audio second (0 for empty audio)."""
         return self.compute_s / self.audio_s if self.audio_s > 0 else 0.0
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls for cls in (Partial, FirstToken, Endpoint, Final)
+}
+
+
+def event_from_dict(record: dict[str, Any]) -> Event:
+    """The event object one JSON record (`Event.to_dict`, a server's message) describes:
+    lists back to tuples, words back to Word objects. Keys it does not know are ignored
+    (`source`, `v`); ValueError for an unknown type or a record that does not fit."""
+    cls = EVENT_TYPES.get(record.get("type", ""))
+    if cls is None:
+        raise ValueError(f"unknown event type {record.get('type')!r}")
+    try:
+        return cls(**_values(cls, record))
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"a {cls.kind} record that does not fit: {exc}") from None
+
+
+def _values(cls: type[Event], record: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    values = {key: value for key, value in record.items() if key in names}
+    for key, value in values.items():
+        if key == "words":
+            values[key] = tuple(
+                Word(str(w["text"]), float(w["start_s"]), float(w["end_s"])) for w in value
+            )
+        elif isinstance(value, list):
+            values[key] = tuple(value)
+    return values

@@ -24,6 +24,7 @@ from streamasr.backends.base import Recognizer
 from streamasr.driver import Session, drive
 from streamasr.errors import OutputError
 from streamasr.events import Event, FirstToken, StreamSummary
+from streamasr.finishing import NONE, Finishing, finished
 from streamasr.level import LevelMeter, LevelReading, LevelTotals
 from streamasr.mic import AudioWriter, CapturedBlock, MicSource
 from streamasr.render import JsonlRenderer, Renderer
@@ -62,13 +63,15 @@ class SessionOutput:
         *,
         level_view: LevelView | None = None,
         forward_first_tokens: bool = True,
+        finishing: Finishing = NONE,
     ) -> None:
-        self.renderer = renderer
+        """`finishing`: punctuation or casing, for the renderer and the log alike."""
+        self.renderer = finished(renderer, finishing)
         self._say = say
         self._level_view = level_view
         self._forward_first_tokens = forward_first_tokens
         self.log_file = log_file
-        self.jsonl = JsonlRenderer(log_file) if log_file is not None else None
+        self.jsonl = finished(JsonlRenderer(log_file), finishing) if log_file is not None else None
         self.first_tokens: list[FirstToken] = []
         # set by the first failed --log write; the log stops, the session is stopped by the
         # caller (`raise_log_error`), and the text on screen is kept
@@ -122,7 +125,7 @@ class SessionOutput:
         if self.log_error is not None:
             raise self.log_error
 
-    def _log(self, write: Callable[[JsonlRenderer], None]) -> None:
+    def _log(self, write: Callable[[Renderer], None]) -> None:
         """Write to --log; a failure is recorded once, never raised mid-flush."""
         if self.jsonl is None:
             return

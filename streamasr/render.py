@@ -192,9 +192,11 @@ class JsonlRenderer:
     of a segment has nothing before it (``stable_chars`` 0). Every other event is written whole.
     """
 
-    def __init__(self, out: IO[str], partials: str = "full") -> None:
+    def __init__(self, out: IO[str], partials: str = "full", version: int | None = None) -> None:
+        """`version`: a wire version written first in every record (`"v"`; the server's)."""
         self.out = out
         self.partials = partials
+        self._stamp: dict[str, object] = {} if version is None else {"v": version}
         self._source = ""
         self._previous: Partial | None = None
 
@@ -204,9 +206,9 @@ class JsonlRenderer:
 
     def event(self, event: Event) -> None:
         if self.partials == "delta" and isinstance(event, Partial):
-            self._write({"source": self._source, **self._delta(event)})
+            self._write({**self._stamp, "source": self._source, **self._delta(event)})
             return
-        self._write({"source": self._source, **event.to_dict()})
+        self._write({**self._stamp, "source": self._source, **event.to_dict()})
 
     def _delta(self, event: Partial) -> dict[str, object]:
         previous = self._previous
@@ -235,6 +237,7 @@ class JsonlRenderer:
     def end(self, summary: StreamSummary) -> None:
         self._write(
             {
+                **self._stamp,
                 "type": "summary",
                 "source": summary.source,
                 "audio_s": round(summary.audio_s, 6),

@@ -42,9 +42,9 @@ SLOW_FILES_FIRST = (  # by what each cost in CI (2026-12-02, junit times; ray: b
     "test_untrusted_models.py", "test_latency.py", "test_gpu_flag.py", "test_audio_input.py",
     "test_open_data.py", "test_signals_workers.py", "test_bench_settings.py",
     "test_store_faults.py", "test_chinese.py", "test_store_trust.py", "test_plugins_and_bounds.py",
-    "test_mic_pulse.py", "test_progress.py", "test_config.py", "test_backend_options.py",
-    "test_punctuation.py", "test_models_reproducible.py", "test_cli_file.py",
-    "test_word_truth.py",  # 16 CLI runs, about 45 s on 2 busy cores (2026-12-04, not yet in CI)
+    "test_mic_pulse.py", "test_combinations.py", "test_progress.py", "test_config.py",
+    "test_backend_options.py", "test_punctuation.py", "test_models_reproducible.py",
+    "test_cli_file.py", "test_word_truth.py",
 )
 ONE_WORKER_GROUPS = {"ray": "test_ray"}  # group name: file-name prefix
 

@@ -117,8 +117,10 @@ def file_events(*paths: str, options: tuple[str, ...] = ()) -> dict[str, list[di
 
 
 def comparable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Events without the fields a clock decides."""
-    return [{k: v for k, v in record.items() if k not in CLOCK_FIELDS} for record in records]
+    """Events without the fields a clock decides, nor the wire's version (`v`: the server's
+    records carry it, `file --format jsonl` does not)."""
+    drop = (*CLOCK_FIELDS, "v")
+    return [{k: v for k, v in record.items() if k not in drop} for record in records]
 
 
 async def stream_clip(ws: Any, path: str, frame_bytes: int = 3200, **config: Any) -> list[dict]:

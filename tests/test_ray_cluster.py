@@ -127,6 +127,26 @@ def test_file_on_three_nodes_writes_what_a_local_run_writes(
             assert ours.read_bytes() == local.read_bytes(), local.name
 
 
+def test_sentence_case_on_the_cluster_is_the_local_finishing_chain(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The `--ray -o --sentence-case` cell of tests/test_combinations.py: the tasks' files
+    are those a local run writes (the same finishing chain), on this module's cluster."""
+    clip = str(WAVS / "3.wav")
+    local, ours = tmp_path / "local", tmp_path / "ray"
+    done = streamasr("file", clip, "--model", MODEL, "-o", str(local), "--format", FORMATS,
+                     "--sentence-case")
+    assert done.returncode == 0, done.stderr
+    done = streamasr("file", clip, "--model", MODEL, "-o", str(ours), "--format", FORMATS,
+                     "--sentence-case", "--ray", cluster.address, env=cluster.env)
+    assert done.returncode == 0, done.stderr
+    assert "Turn" in (local / "3.txt").read_text()  # cased: the test can fail
+    for name in ("3.txt", "3.srt", "3.vtt"):
+        assert (ours / name).read_bytes() == (local / name).read_bytes(), name
+    assert list(map(without_clocks, (ours / "3.jsonl").read_text().splitlines())) == list(
+        map(without_clocks, (local / "3.jsonl").read_text().splitlines()))
+
+
 def test_bench_on_three_nodes_scores_as_a_local_run(
     cluster: Cluster, local_bench: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -244,7 +244,7 @@ def describe_folder(directory: Path) -> FolderFacts:
         if entry.describe is not None:
             facts = entry.describe(directory)
             if facts is not None:
-                return facts  # type: ignore[no-any-return]
+                return facts
     return FolderFacts()
 
 

@@ -79,7 +79,7 @@ def transcribe_file(spec: ModelSpec, job: FileJob) -> FileNote:
     from streamasr.commands.file import stream_one
     from streamasr.commands.output_dir import OutputDirRenderer
     from streamasr.errors import InputError
-    from streamasr.render import Renderer, SentenceCaseRenderer
+    from streamasr.finishing import Finishing, finished
 
     state = Path(job.state)
     outputs.note_attempt(state, job.key)
@@ -88,9 +88,8 @@ def transcribe_file(spec: ModelSpec, job: FileJob) -> FileNote:
     recognizer = load_verified(spec)
     temp = outputs.temp_folder(state, job.key)
     quiet = Console(file=io.StringIO())
-    inner: Renderer = OutputDirRenderer(temp, job.formats, quiet, False, job.partials, True)
-    if job.sentence_case:
-        inner = SentenceCaseRenderer(inner)
+    files = OutputDirRenderer(temp, job.formats, quiet, False, job.partials, True)
+    inner = finished(files, Finishing(sentence_case=job.sentence_case))
     keep = _Keep(inner)
     error = ""
     try:

@@ -79,6 +79,19 @@ ChannelsOpt = Annotated[
     typer.Option("--channels", help="Interleaved channels of --raw input (default 1)."),
 ]
 
+SentenceCaseOpt = Annotated[
+    bool,
+    typer.Option("--sentence-case", help="Finals in sentence case ('The right time to act') "
+                 "for models that write all capitals."),
+]
+PunctuateOpt = Annotated[
+    str | None,
+    typer.Option("--punctuate", metavar="MODEL", help="Punctuate and case finals with "
+                 "sherpa-onnx's online punctuation model: punct-en (after `streamasr models "
+                 "pull punct-en`) or a folder with model.onnx and bpe.vocab. Partials stay as "
+                 "recognised; wins over --sentence-case."),
+]
+
 
 def onset_options(onset_dbfs: float | None) -> OnsetOptions:
     """The onset detector for --onset-dbfs: relative to the noise floor unless a level is given."""
@@ -117,6 +130,8 @@ def choose_format(fmt: str | None) -> str:
             f"--format {fmt}: several formats are written as files; add -o/--output-dir DIR "
             "(or give one format for standard output)"
         )
+    if fmt == "txt":  # the file extension of text (what -o DIR writes)
+        return "text"
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r} is not known; use one of: {', '.join(FORMATS)}")
     return fmt

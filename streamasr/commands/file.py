@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -25,9 +25,11 @@ from streamasr.commands.common import (
     ChannelsOpt,
     FormatOpt,
     PartialsOpt,
+    PunctuateOpt,
     QuietOpt,
     RateOpt,
     RawOpt,
+    SentenceCaseOpt,
     VerboseOpt,
     check_partials,
     check_path_name,
@@ -41,21 +43,13 @@ from streamasr.commands.common import (
 from streamasr.commands.cue_options import with_cue_options
 from streamasr.commands.options import ModelOptions, build, with_model_options
 from streamasr.commands.output_dir import OutputDirRenderer, check_output_dir, parse_formats
-from streamasr.commands.remote import ServerOpt, file_over_server
+from streamasr.commands.remote import ServerOpt, check_remote_options, file_over_server
 from streamasr.driver import Pacing, Sink, drive
 from streamasr.errors import InputError, UsageError
 from streamasr.events import Event, StreamSummary
-from streamasr.render import (
-    RENDERERS,
-    ProgressDisplay,
-    PunctuationRenderer,
-    Renderer,
-    SentenceCaseRenderer,
-)
+from streamasr.finishing import finished, load_finishing
+from streamasr.render import RENDERERS, ProgressDisplay, Renderer
 from streamasr.stream import StreamOptions, StreamSession
-
-if TYPE_CHECKING:
-    from streamasr.punctuation import Punctuator
 
 log = logging.getLogger("streamasr")
 
@@ -167,18 +161,8 @@ def register(app: typer.Typer) -> None:
                          "into this folder, named after the input (talk.wav -> talk.srt); "
                          "--format takes several here: txt,jsonl,srt,vtt (default txt)."),
         ] = None,
-        sentence_case: Annotated[
-            bool,
-            typer.Option("--sentence-case", help="Finals in sentence case ('The right time to "
-                         "act') for models that write all capitals."),
-        ] = False,
-        punctuate: Annotated[
-            str | None,
-            typer.Option("--punctuate", metavar="MODEL", help="Punctuate and case finals with "
-                         "sherpa-onnx's online punctuation model: punct-en (after `streamasr "
-                         "models pull punct-en`) or a folder with model.onnx and bpe.vocab. "
-                         "Partials stay as recognised; wins over --sentence-case."),
-        ] = None,
+        sentence_case: SentenceCaseOpt = False,
+        punctuate: PunctuateOpt = None,
         quiet: QuietOpt = False,
         verbose: VerboseOpt = False,
     ) -> None:
@@ -197,48 +181,24 @@ def register(app: typer.Typer) -> None:
             file_on_ray(ray, paths, model_options, output_dir, fmt, partials,
                         (raw, rate, channels), realtime, punctuate, sentence_case, quiet)
             return
-        if server is not None:  # the same output, decoded by `streamasr serve` at that URL
-            if punctuate is not None:
-                with cli_errors():
-                    raise UsageError(
-                        "--punctuate works on local decoding only; drop --server, or "
-                        "punctuate the server's output yourself"
-                    )
-            file_over_server(
-                server, paths, model_options, realtime, (raw, rate, channels), fmt, partials,
-                quiet, cues=cue_rules,
+        with cli_errors():
+            if server is not None:
+                check_remote_options(model_options)  # the server's model options
+            raw_format = raw_input_format(raw, rate, channels)
+            renderer, draws = file_renderer(
+                output_dir, fmt, partials, paths, realtime, quiet, cue_rules
             )
+            if server is None:
+                check_inputs_exist(paths)
+            finishing = load_finishing(punctuate, sentence_case)
+        renderer = finished(renderer, finishing)
+        if server is not None:  # the same output, decoded by `streamasr serve` at that URL
+            file_over_server(server, paths, model_options, realtime, raw_format, renderer,
+                             finishing.active)
             return
         with cli_errors():
-            raw_format = raw_input_format(raw, rate, channels)
-            renderer: Renderer
-            if output_dir is not None:
-                formats = parse_formats(fmt)
-                check_partials(partials, "jsonl" if "jsonl" in formats else formats[0])
-                check_output_dir(output_dir, paths)
-                renderer = OutputDirRenderer(
-                    output_dir, formats, err_console, realtime, partials, quiet, cues=cue_rules
-                )
-            else:
-                fmt_name = choose_format(fmt)
-                check_partials(partials, fmt_name)
-                if fmt_name == "srt" and len(paths) > 1:
-                    raise UsageError(
-                        "several inputs in one SRT would restart its times; use --output-dir DIR "
-                        "for one .srt per input, or --format vtt (one file, a NOTE per input)"
-                    )
-                renderer = make_renderer(
-                    fmt_name, realtime, partials, quiet, headers=len(paths) > 1, cues=cue_rules
-                )
-            check_inputs_exist(paths)
-            punctuator = load_punctuator(punctuate, sentence_case)
             recognizer, options = build(model_options, paced=realtime)
-        draws = output_dir is None and RENDERERS[fmt_name].terminal
         progress = None if quiet else progress_display(draws)
-        if punctuator is not None:
-            renderer = PunctuationRenderer(renderer, punctuator.punctuate)
-        elif sentence_case:
-            renderer = SentenceCaseRenderer(renderer)
         failed = 0
         for path in paths:
             try:
@@ -254,18 +214,36 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
-def load_punctuator(value: str | None, sentence_case: bool) -> Punctuator | None:
-    """The punctuation model `--punctuate` names, loaded before the speech model so that a
-    missing or damaged folder fails in a second; it also restores case, so it wins over
-    --sentence-case (one warning says so)."""
-    if value is None:
-        return None
-    from streamasr import punctuation
-
-    punctuator = punctuation.load(value)
-    if sentence_case:
-        log.warning("--sentence-case is ignored: the --punctuate model restores case itself")
-    return punctuator
+def file_renderer(
+    output_dir: Path | None,
+    fmt: str | None,
+    partials: str,
+    paths: list[str],
+    realtime: bool,
+    quiet: bool,
+    cues: CueRules | None = None,
+) -> tuple[Renderer, bool]:
+    """The renderer -o/--format ask for, whatever decodes (here, a server, the library), and
+    whether it draws on the terminal itself; every refusal is a usage error before any work."""
+    if output_dir is not None:
+        formats = parse_formats(fmt)
+        check_partials(partials, "jsonl" if "jsonl" in formats else formats[0])
+        check_output_dir(output_dir, paths)
+        files = OutputDirRenderer(
+            output_dir, formats, err_console, realtime, partials, quiet, cues=cues
+        )
+        return files, False
+    fmt_name = choose_format(fmt)
+    check_partials(partials, fmt_name)
+    if fmt_name == "srt" and len(paths) > 1:
+        raise UsageError(
+            "several inputs in one SRT would restart its times; use --output-dir DIR "
+            "for one .srt per input, or --format vtt (one file, a NOTE per input)"
+        )
+    renderer = make_renderer(
+        fmt_name, realtime, partials, quiet, headers=len(paths) > 1, cues=cues
+    )
+    return renderer, RENDERERS[fmt_name].terminal
 
 
 def check_inputs_exist(paths: list[str]) -> None:

@@ -131,7 +131,7 @@ def _settings_budget(**settings: object) -> LatencyBudget:
     budget = settings_budget(settings)
     if budget is None:  # every built-in engine declares its arithmetic
         raise UsageError("no engine describes these settings; add --model MODEL")
-    return budget  # type: ignore[no-any-return]
+    return budget
 
 
 def _entry_of(model: str | None, backend: str | None) -> BackendEntry:

@@ -12,7 +12,9 @@ from streamasr.captions import CueRules
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
     FormatOpt,
+    PunctuateOpt,
     QuietOpt,
+    SentenceCaseOpt,
     VerboseOpt,
     check_number,
     choose_format,
@@ -37,6 +39,7 @@ from streamasr.commands.remote import (
 )
 from streamasr.driver import Session
 from streamasr.errors import DeviceError, OutputError, StreamAsrError, UsageError
+from streamasr.finishing import NONE, Finishing, load_finishing
 from streamasr.live import (  # noqa: F401 - the loop's names stay importable from here
     CaptureClock,
     Say,
@@ -98,7 +101,8 @@ BacklogOpt = Annotated[
 
 
 def terminal_output(
-    renderer: Renderer, log_file: IO[str] | None, quiet: bool = False
+    renderer: Renderer, log_file: IO[str] | None, quiet: bool = False,
+    finishing: Finishing = NONE,
 ) -> SessionOutput:
     """The live loop's output as `mic` shows it: messages on stderr (above the live area when
     there is one, so the partial and the level meter below it stay whole).
@@ -114,12 +118,14 @@ def terminal_output(
             live.note(_styled(text, tone))
 
         if quiet:
-            return SessionOutput(renderer, log_file, _warnings_only(say_live))
+            return SessionOutput(renderer, log_file, _warnings_only(say_live), finishing=finishing)
         # the live view shows a level meter and its own audio-time first-token line
         return SessionOutput(
-            renderer, log_file, say_live, level_view=live.level, forward_first_tokens=False
+            renderer, log_file, say_live, level_view=live.level, forward_first_tokens=False,
+            finishing=finishing,
         )
-    return SessionOutput(renderer, log_file, _warnings_only(_say_stderr) if quiet else _say_stderr)
+    say = _warnings_only(_say_stderr) if quiet else _say_stderr
+    return SessionOutput(renderer, log_file, say, finishing=finishing)
 
 
 def _warnings_only(say: Say) -> Say:
@@ -188,6 +194,8 @@ def register(app: typer.Typer) -> None:
         max_backlog: BacklogOpt = DEFAULT_MAX_BACKLOG_S,
         server: ServerOpt = None,
         fmt: FormatOpt = None,
+        sentence_case: SentenceCaseOpt = False,
+        punctuate: PunctuateOpt = None,
         quiet: QuietOpt = False,
         verbose: VerboseOpt = False,
     ) -> None:
@@ -218,9 +226,10 @@ def register(app: typer.Typer) -> None:
                 else:
                     check_model_options(model_options, paced=True)
                 chosen = select_device(list_input_devices(), device)
+                finishing = load_finishing(punctuate, sentence_case)  # before the speech model
                 if server is not None:
                     recognizer, options = None, StreamOptions()
-                    open_session = remote_opener(server, model_options)
+                    open_session = remote_opener(server, model_options, finishing.active)
                     # the capture's blocks are the messages sent; the server cuts its own
                     block_s = (
                         model_options.block_ms / 1000 if model_options.block_ms else SEND_BLOCK_S
@@ -235,7 +244,7 @@ def register(app: typer.Typer) -> None:
                     writer = AudioWriter(save, source.sample_rate)
                 if log_path is not None:
                     log_file = _open_log(log_path)
-            output = terminal_output(renderer, log_file, quiet)
+            output = terminal_output(renderer, log_file, quiet, finishing)
             try:
                 run_capture(
                     source, recognizer, options, output, writer, duration,
@@ -258,10 +267,12 @@ def register(app: typer.Typer) -> None:
                 log_file.close()
 
 
-def remote_opener(url: str, model_options: ModelOptions) -> SessionOpener:
+def remote_opener(
+    url: str, model_options: ModelOptions, finished_here: bool = False
+) -> SessionOpener:
     """Sessions on a `streamasr serve` at `url`, with the session settings `file --server`
     sends (so what is printed is what a local `mic` prints with the server's model)."""
-    model = remote_model(url, model_options)
+    model = remote_model(url, model_options, finished_here)
     model.open()
 
     def open_session(rate: int, name: str, clock: CaptureClock) -> Session:

@@ -1,13 +1,14 @@
 """`streamasr file --server URL`: the same output, decoded by a `streamasr serve` elsewhere.
 
 The audio is read here (any file, stdin, --raw PCM) and sent as f32le; the server decodes
-it with its model and settings; the events come back and go through the same renderers,
-so what is printed is what `streamasr file` prints locally with the server's model (the
-clocks aside). The feed block and the tail padding (given or `file`'s defaults) always
-travel as the session's own settings, so the output does not depend on the server's
-defaults; so do the endpoint rules, when given. The other model options are the server's
-and are refused here. The token, if the server wants
-one, comes from $STREAMASR_TOKEN.
+it with its model and settings; the events come back as the same event objects and go
+through the same finishing chain (--punctuate, --sentence-case) and renderers (every
+--format, -o DIR), so what is printed is what `streamasr file` prints locally with the
+server's model (the clocks aside). The feed block and the tail padding (given or `file`'s
+defaults) always travel as the session's own settings, so the output does not depend on the
+server's defaults; so do the endpoint rules, when given. The other model options are the
+server's and are refused here. The token, if the server wants one, comes from
+$STREAMASR_TOKEN.
 """
 
 from __future__ import annotations
@@ -17,20 +18,20 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from streamasr.captions import CueRules
+from streamasr.audio import AudioSource, RawFormat, next_input, open_source
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
-    check_partials,
-    choose_format,
+    check_path_name,
     cli_errors,
     err_console,
-    make_renderer,
     report_error,
 )
 from streamasr.commands.options import ModelOptions
+from streamasr.driver import Pacing, drive
 from streamasr.errors import InputError, UsageError
 
 if TYPE_CHECKING:
+    from streamasr.render import Renderer
     from streamasr.server.client import RemoteModel
 
 ServerOpt = Annotated[
@@ -72,9 +73,11 @@ def check_remote_options(options: ModelOptions) -> None:
         )
 
 
-def session_settings(options: ModelOptions) -> dict[str, object]:
+def session_settings(options: ModelOptions, finished_here: bool = False) -> dict[str, object]:
     """The session's config keys: the feed block ("chunk" unless --block-ms) and the tail
-    padding as `file` uses them, and the endpoint rules given (none: the server's)."""
+    padding as `file` uses them, and the endpoint rules given (none: the server's).
+    `finished_here`: punctuation or casing runs in this process's finishing chain, so the
+    server is asked for neither (they would run twice)."""
     defaults = ModelOptions()
     given: dict[str, object] = {
         name: getattr(options, name)
@@ -83,16 +86,20 @@ def session_settings(options: ModelOptions) -> dict[str, object]:
     }
     given["block_ms"] = options.block_ms if options.block_ms else "chunk"
     given["tail_padding_s"] = options.tail_padding_s
+    if finished_here:
+        given["punctuate"] = given["sentence_case"] = False
     return given
 
 
-def remote_model(url: str, model_options: ModelOptions) -> RemoteModel:
+def remote_model(
+    url: str, model_options: ModelOptions, finished_here: bool = False
+) -> RemoteModel:
     """A connection to the `streamasr serve` at `url` (the token from $STREAMASR_TOKEN) whose
     sessions ask for the settings given here (session_settings)."""
     from streamasr.server.client import connect
 
     model = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None)
-    model.settings = session_settings(model_options)
+    model.settings = session_settings(model_options, finished_here)
     return model
 
 
@@ -101,42 +108,24 @@ def file_over_server(
     paths: list[str],
     model_options: ModelOptions,
     realtime: bool,
-    raw_format_args: tuple[str | None, int | None, int | None],
-    fmt: str | None,
-    partials: str,
-    quiet: bool = False,
-    cues: CueRules | None = None,
+    raw_format: RawFormat | None,
+    renderer: Renderer,
+    finished_here: bool,
 ) -> None:
-    """The `file` command with --server: every input through the remote model."""
-    from streamasr.audio import open_source, paced
-    from streamasr.commands.file import raw_input_format
+    """The `file` command with --server: every input through the remote model, its events
+    into `renderer` (the one `file` builds, behind its finishing chain). The one driver
+    feeds each input, so whatever ends it (the end, Ctrl-C, a server that went away) the
+    finals received so far reach the renderer and its files are closed in place."""
     from streamasr.server.client import ServerError
 
     with cli_errors():
-        check_remote_options(model_options)
-        raw_format = raw_input_format(*raw_format_args)
-        fmt_name = choose_format(fmt)
-        check_partials(partials, fmt_name)
-        renderer = make_renderer(
-            fmt_name, realtime, partials, quiet, headers=len(paths) > 1, cues=cues
-        )
-        model = remote_model(url, model_options)
+        model = remote_model(url, model_options, finished_here)
+        model.open()  # a wrong URL, a refused token or a full server: said before any audio
     failed = 0
     with model:
         for path in paths:
             try:
-                source = open_source(path, raw_format)
-                try:
-                    blocks = source.blocks(SEND_BLOCK_S)
-                    if realtime:
-                        blocks = paced(blocks, source.sample_rate)
-                    renderer.begin(path)
-                    for event in model.stream(blocks, source.sample_rate, path, realtime):
-                        renderer.event(event)
-                finally:
-                    source.close()
-                if model.last_summary is not None:
-                    renderer.end(model.last_summary)
+                _stream_input(model, path, raw_format, renderer, realtime)
             except InputError as exc:
                 failed += 1
                 report_error(exc)
@@ -144,8 +133,27 @@ def file_over_server(
                 report_error(exc)
                 raise typer.Exit(exc.exit_code) from None
             except KeyboardInterrupt:
-                err_console.print("[yellow]interrupted[/yellow]")
+                err_console.print("[yellow]interrupted; flushed what was recognised[/yellow]")
                 raise typer.Exit(EXIT_INTERRUPTED) from None
     if failed:
         err_console.print(f"{failed} of {len(paths)} inputs failed", highlight=False)
         raise typer.Exit(1)
+
+
+def _stream_input(
+    model: RemoteModel, path: str, raw: RawFormat | None, renderer: Renderer, realtime: bool
+) -> None:
+    """One input (and the WAV streams that follow it on a pipe) through a remote session."""
+    check_path_name(path)
+    source: AudioSource | None = open_source(path, raw)
+    count = 1
+    while source is not None:
+        name = path if count == 1 else f"{path} (WAV stream {count})"
+        session = model.session(source.sample_rate, name, realtime)
+        renderer.begin(name)
+        try:
+            drive(session, source.blocks(SEND_BLOCK_S), renderer,
+                  pacing=Pacing() if realtime else None)
+        finally:
+            source.close()
+        source, count = next_input(source), count + 1

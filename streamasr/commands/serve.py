@@ -11,10 +11,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup_logging
+from streamasr.commands.common import (
+    PunctuateOpt,
+    SentenceCaseOpt,
+    VerboseOpt,
+    cli_errors,
+    err_console,
+    setup_logging,
+)
 from streamasr.commands.options import ModelOptions, build, with_model_options
 from streamasr.errors import DependencyError, StreamAsrError, UsageError
 from streamasr.extras import install_hint
+from streamasr.finishing import NONE, Finishing, load_finishing
 from streamasr.server.reach import Exposure, bracketed, exposure_warning, openable
 
 if TYPE_CHECKING:
@@ -85,7 +93,11 @@ def say_reach(addresses: list[tuple[str, int]], page: str, exposure: Exposure) -
 
 
 def load_server(
-    model_options: ModelOptions, limits: ServerLimits, security: Security, per_message: bool
+    model_options: ModelOptions,
+    limits: ServerLimits,
+    security: Security,
+    per_message: bool,
+    finishing: Finishing = NONE,
 ) -> StreamServer:
     """Load the model and put a server over it. Once it is loaded, the steps' freed blocks
     are reused instead of mapped anew each step (commands/memory.py)."""
@@ -94,7 +106,9 @@ def load_server(
 
     recognizer, options = build(model_options, paced=False)
     reuse_freed_blocks()
-    return StreamServer(recognizer, options, limits, security, per_message=per_message)
+    return StreamServer(
+        recognizer, options, limits, security, per_message=per_message, finishing=finishing
+    )
 
 
 def serve_workers(
@@ -106,6 +120,7 @@ def serve_workers(
     security: Security,
     ready: Callable[[list[tuple[str, int]]], None],
     per_message: bool,
+    finish_args: tuple[str | None, bool] = (None, False),
 ) -> int | None:
     """--workers N: check the options here, then N processes load the model and serve."""
     from streamasr.backends.registry import choose_backend
@@ -128,7 +143,8 @@ def serve_workers(
     )
 
     def serve_in_worker(sock: socket.socket, worker_ready: Callable[[], None]) -> int | None:
-        server = load_server(model_options, share, security, per_message)
+        finishing = load_finishing(*finish_args)  # each process its own punctuation model
+        server = load_server(model_options, share, security, per_message, finishing)
         return run_server(server, None, None, lambda _: worker_ready(), sock)
 
     try:
@@ -221,13 +237,16 @@ def register(app: typer.Typer) -> None:
                 "core); --max-connections is shared out among them."
             ),
         ] = 1,
+        sentence_case: SentenceCaseOpt = False,
+        punctuate: PunctuateOpt = None,
         verbose: VerboseOpt = False,
     ) -> None:
         """Serve the model over WebSocket: many clients, one engine, batched steps.
 
         Sessions default to live captions: each audio message fed as it comes (cut at
         100 ms) and 0.3 s of tail padding. --block-ms (fixed blocks) and --tail-padding
-        change that, and each session may ask for its own.
+        change that, and each session may ask for its own. --punctuate and --sentence-case
+        finish every session's finals unless it asks otherwise.
         """
         setup_logging(verbose)
         # no feed block given anywhere: feed each message as it comes
@@ -274,6 +293,7 @@ def register(app: typer.Typer) -> None:
                     "--vad-gate ends and reopens a stream at each gap, which serve's batched "
                     "steps cannot; use it with file, mic or bench (--vad and --vad-end work here)"
                 )
+            finishing = load_finishing(punctuate, sentence_case)  # before the speech model
             scheme = "wss" if certfile else "ws"
             page = "https" if certfile else "http"
 
@@ -293,12 +313,14 @@ def register(app: typer.Typer) -> None:
                 if workers == 1:
                     from streamasr.server.app import run_server
 
-                    server = load_server(model_options, limits, security, per_message)
+                    server = load_server(
+                        model_options, limits, security, per_message, finishing
+                    )
                     stopped_by = run_server(server, host, port, ready)
                 else:
                     stopped_by = serve_workers(
                         workers, host, port, model_options, limits, security, ready,
-                        per_message,
+                        per_message, (punctuate, sentence_case),
                     )
             except OSError as exc:
                 raise StreamAsrError(

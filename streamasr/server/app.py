@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from streamasr.backends.base import Recognizer
+from streamasr.finishing import NONE, Finishing
 from streamasr.server import protocol
 from streamasr.server.connection import Connection, Stop
 from streamasr.server.limits import Security, ServerLimits
@@ -61,9 +62,11 @@ class StreamServer:
         security: Security,
         metrics: Metrics | None = None,
         per_message: bool = False,
+        finishing: Finishing = NONE,
     ) -> None:
         """`per_message`: sessions that do not say their own feed block are fed each audio
-        message as it comes (cut at `options.block_s`), not in fixed blocks."""
+        message as it comes (cut at `options.block_s`), not in fixed blocks; `finishing`:
+        the sessions' default punctuation or casing (each may ask otherwise)."""
         self.recognizer = recognizer
         self.options = options
         self.limits = limits
@@ -71,7 +74,7 @@ class StreamServer:
         self.metrics = metrics or Metrics()
         self.scheduler = Scheduler(
             recognizer, options, self.metrics, limits.max_batch, limits.max_wait_ms / 1000,
-            per_message=per_message,
+            per_message=per_message, finishing=finishing,
         )
         self.connections: set[Connection] = set()
         self.stopping = False

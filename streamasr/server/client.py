@@ -19,22 +19,29 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from streamasr.errors import InputError, StreamAsrError
-from streamasr.events import Endpoint, Event, Final, FirstToken, Partial, StreamSummary
+from streamasr.events import (
+    EVENT_TYPES,
+    WIRE_VERSION,
+    Event,
+    Final,
+    StreamSummary,
+    event_from_dict,
+)
 from streamasr.extras import install_hint
 from streamasr.stream import DEFAULT_TAIL_PADDING_S
 
 #: What a local model's stream uses unless told otherwise: feed blocks of one chunk, the
 #: default tail padding (so a RemoteModel gives its events whatever the server's defaults).
 LOCAL_SETTINGS: dict[str, Any] = {"block_ms": "chunk", "tail_padding_s": DEFAULT_TAIL_PADDING_S}
-EVENT_TYPES: dict[str, type[Event]] = {
-    cls.kind: cls for cls in (Partial, FirstToken, Endpoint, Final)
-}
+__all__ = ["EVENT_TYPES", "RemoteModel", "RemoteSession", "ServerError", "connect"]
+#: Where a URL without a path goes: the server's WebSocket route.
+WS_PATH = "/ws"
 
 
 class ServerError(StreamAsrError):
@@ -42,16 +49,31 @@ class ServerError(StreamAsrError):
 
 
 def event_from_record(record: dict[str, Any]) -> Event:
-    """An event object from one JSON record the server (or `file --format jsonl`) wrote."""
-    cls = EVENT_TYPES.get(record.get("type", ""))
-    if cls is None:
-        raise ServerError(f"the server sent an unknown event type {record.get('type')!r}")
-    names = {f.name for f in fields(cls)}
-    values = {key: value for key, value in record.items() if key in names}
-    for key, value in values.items():
-        if isinstance(value, list):
-            values[key] = tuple(value)
-    return cls(**values)
+    """An event object from one JSON record the server (or `file --format jsonl`) wrote; a
+    record of a later wire version than this client reads is refused, not misread."""
+    version = record.get("v", WIRE_VERSION)
+    if not isinstance(version, int) or version > WIRE_VERSION:
+        raise ServerError(
+            f"the server sends events of wire version {version!r}; this client reads up to "
+            f"{WIRE_VERSION}: upgrade streamasr here (pip install -U streamasr)"
+        )
+    try:
+        return event_from_dict(record)
+    except ValueError as exc:
+        raise ServerError(f"the server sent an event this client cannot read: {exc}") from None
+
+
+def with_ws_path(url: str) -> str:
+    """`url` with the server's WebSocket path when it names none (ws://HOST:PORT -> /ws)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url  # the WebSocket client says what is wrong with it
+    if parts.scheme in ("ws", "wss") and parts.path in ("", "/"):
+        return urlunsplit(parts._replace(path=WS_PATH))
+    return url
 
 
 def summary_from_record(record: dict[str, Any], finals: Iterable[Final]) -> StreamSummary:
@@ -96,7 +118,7 @@ class RemoteModel:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
         try:
             connection = ws_connect(
-                self.url,
+                with_ws_path(self.url),
                 additional_headers=headers,
                 open_timeout=self.open_timeout_s,
                 compression=None,

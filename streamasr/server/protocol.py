@@ -4,13 +4,15 @@ A client, over one WebSocket connection:
 
 1. sends a text message with a JSON config: `{"sample_rate": 16000, "format": "s16le",
    "channels": 1}` plus optional per-session settings (`source`, `realtime`, `endpoint`,
-   `rule1_s`, `rule2_s`, `rule3_s`, `partials`, `block_ms`, `tail_padding_s`) within the
-   server's limits;
+   `rule1_s`, `rule2_s`, `rule3_s`, `partials`, `block_ms`, `tail_padding_s`, and the
+   finishing steps `punctuate` and `sentence_case`, true or false: without them, the
+   server's `serve --punctuate/--sentence-case`) within the server's limits;
 2. sends binary frames of interleaved PCM in that format, of any size;
 3. sends the text message `{"type": "end"}` (or closes the connection);
 4. receives, as JSON text messages, exactly the objects `streamasr file --format jsonl`
    prints: `partial`, `first_token`, `endpoint`, `final` while the audio streams, and the
-   last `final` and a `summary` after the end;
+   last `final` and a `summary` after the end, each with the wire version first
+   (`"v": 1`, streamasr.events.WIRE_VERSION);
 5. may then send a new config for the next utterance, or close.
 
 A message that breaks the protocol raises ProtocolError with the WebSocket close code and a
@@ -51,6 +53,7 @@ MAX_REASON_BYTES = 123  # what a close frame can carry
 CONFIG_KEYS = (
     "type", "sample_rate", "format", "channels", "source", "realtime",
     "endpoint", "rule1_s", "rule2_s", "rule3_s", "partials", "block_ms", "tail_padding_s",
+    "punctuate", "sentence_case",
 )
 PARTIALS = ("full", "delta")
 #: A session's own feed block: "chunk" (one engine chunk) or milliseconds in this range.
@@ -96,6 +99,8 @@ class SessionConfig:
     partials: str = "full"  # "delta": partials carry what changed (as file --partials delta)
     block_ms: float | Literal["chunk", "message"] | None = None  # None: the server's
     tail_padding_s: float | None = None  # None: the server's tail padding
+    punctuate: bool | None = None  # finals punctuated (the server's model); None: its default
+    sentence_case: bool | None = None  # finals in sentence case; None: the server's default
 
     @property
     def frame_bytes(self) -> int:
@@ -182,8 +187,11 @@ def parse_config(
             data, "block_ms", None, BLOCK_MS_RANGE[0], high, "ms", ' or "chunk" or "message"'
         )
     tail = _number(data, "tail_padding_s", None, *TAIL_PADDING_S_RANGE, "s")
+    punctuate = _flag(data, "punctuate", False) if "punctuate" in data else None
+    sentence_case = _flag(data, "sentence_case", False) if "sentence_case" in data else None
     return SessionConfig(
-        rate, fmt, channels, source, realtime, endpoint, partials, block_ms, tail
+        rate, fmt, channels, source, realtime, endpoint, partials, block_ms, tail,
+        punctuate, sentence_case,
     )
 
 

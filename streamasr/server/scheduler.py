@@ -53,10 +53,11 @@ from typing import Any
 import numpy as np
 
 from streamasr.backends.base import Recognizer
-from streamasr.events import Event, FirstToken
-from streamasr.render import JsonlRenderer
+from streamasr.events import WIRE_VERSION, Event, FirstToken
+from streamasr.finishing import NONE, Finishing, finished
+from streamasr.render import JsonlRenderer, Renderer
 from streamasr.server.metrics import Metrics
-from streamasr.server.protocol import MESSAGE, SessionConfig
+from streamasr.server.protocol import CLOSE_INVALID, MESSAGE, ProtocolError, SessionConfig
 from streamasr.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
@@ -93,8 +94,9 @@ class Utterance:
     fail: Callable[[str], None]
     block_samples: int
     per_message: bool = False  # each message ends a block (else: fixed blocks)
+    finishing: Finishing = NONE  # the session's finishing steps (punctuation, casing)
     lines: _Lines = field(default_factory=_Lines)
-    renderer: JsonlRenderer = field(init=False)
+    renderer: Renderer = field(init=False)
     pending: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     blocks: deque[np.ndarray] = field(default_factory=deque)
     queued_samples: int = 0
@@ -108,7 +110,8 @@ class Utterance:
     drained: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
-        self.renderer = JsonlRenderer(self.lines, self.config.partials)  # type: ignore[arg-type]
+        jsonl = JsonlRenderer(self.lines, self.config.partials, WIRE_VERSION)  # type: ignore[arg-type]
+        self.renderer = finished(jsonl, self.finishing)
         self.renderer.begin(self.config.source)
 
     @property
@@ -133,8 +136,11 @@ class Scheduler:
         max_wait_s: float,
         clock: Callable[[], float] = time.perf_counter,
         per_message: bool = False,
+        finishing: Finishing = NONE,
     ) -> None:
-        """`per_message`: sessions that do not say their own feed block get one per message."""
+        """`per_message`: sessions that do not say their own feed block get one per message;
+        `finishing`: the server's default finishing steps (`serve --punctuate/--sentence-case`;
+        a punctuation model here also serves sessions that ask for one)."""
         self.recognizer = recognizer
         self.options = options
         self.metrics = metrics
@@ -142,6 +148,7 @@ class Scheduler:
         self.max_wait_s = max_wait_s
         self.clock = clock
         self.per_message = per_message
+        self.finishing = finishing
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="streamasr-engine"
         )
@@ -156,6 +163,7 @@ class Scheduler:
     ) -> Utterance:
         """A new utterance (its engine stream is made on the worker thread)."""
         options = config.stream_options(self.options)
+        finishing = self.session_finishing(config)
 
         def make() -> StreamSession:
             return StreamSession(self.recognizer, config.sample_rate, config.source, options)
@@ -163,7 +171,25 @@ class Scheduler:
         session = await asyncio.get_running_loop().run_in_executor(self._executor, make)
         block = max(1, round(session.block_s * config.sample_rate))
         per_message = config.block_ms == MESSAGE or (config.block_ms is None and self.per_message)
-        return Utterance(session, config, deliver, fail, block, per_message)
+        return Utterance(session, config, deliver, fail, block, per_message, finishing)
+
+    def session_finishing(self, config: SessionConfig) -> Finishing:
+        """The server's finishing steps with the session's own choices applied; a session
+        that asks for punctuation from a server without a model is refused (1007)."""
+        default = self.finishing
+        punctuate = default.punctuate
+        if config.punctuate is True and punctuate is None:
+            raise ProtocolError(
+                CLOSE_INVALID,
+                "config: punctuate: this server has no punctuation model (serve --punctuate "
+                "MODEL); drop the key or ask for sentence_case",
+            )
+        if config.punctuate is False:
+            punctuate = None
+        sentence_case = config.sentence_case
+        if sentence_case is None:
+            sentence_case = default.sentence_case
+        return Finishing(punctuate, sentence_case)
 
     def add_audio(self, utterance: Utterance, samples: np.ndarray) -> None:
         """Queue mono float32 samples; feed whole blocks until a step is due."""
