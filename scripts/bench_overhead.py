@@ -71,7 +71,7 @@ def streamasr_file(model: str, path: str, block_s: float, threads: int) -> dict[
     from streamasr.backends.base import EngineOptions
     from streamasr.backends.sherpa.engine import SherpaRecognizer
     from streamasr.backends.sherpa.modeldir import resolve_model
-    from streamasr.commands.file import stream_one
+    from streamasr.file_stream import stream_file
     from streamasr.render import TextRenderer
     from streamasr.stream import StreamOptions
 
@@ -79,7 +79,7 @@ def streamasr_file(model: str, path: str, block_s: float, threads: int) -> dict[
     with open(os.devnull, "w") as sink:
         renderer = TextRenderer(sink, Console(file=sink), realtime=False)
         started = time.perf_counter()
-        stream_one(path, recognizer, renderer, StreamOptions(block_s=block_s), realtime=False)
+        stream_file(path, recognizer, renderer, StreamOptions(block_s=block_s), realtime=False)
     return {"loop_s": time.perf_counter() - started}
 
 

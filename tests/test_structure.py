@@ -219,7 +219,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("sessions", frozenset({
         "driver", "batch", "stream", "endpointing", "vad/", "punctuation", "onset", "render",
         "render_bars", "progress", "level", "captions", "events", "mic", "mic_devices",
-        "wav_writer", "interrupts",
+        "wav_writer", "interrupts", "finishing", "file_stream", "output_dir",
     })),
     ("engines", frozenset({"backends/"})),
     ("foundations", frozenset({

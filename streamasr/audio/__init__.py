@@ -32,6 +32,7 @@ from streamasr.audio.base import (
     RawFormat,
     check_header,
     check_path,
+    check_path_name,
     check_raw_format,
     to_mono,
 )
@@ -43,6 +44,6 @@ from streamasr.audio.pcm import PcmLayout, PcmStreamSource, read_wav_header
 __all__ = [
     "MAX_CHANNELS", "MAX_RATE_HZ", "MIN_RATE_HZ", "RAW_ENCODINGS", "SLICE_BYTES", "STDIN_NAME",
     "AudioInfo", "AudioSource", "FileSource", "PcmLayout", "PcmStreamSource", "RawFormat",
-    "check_header", "check_path", "check_raw_format", "next_input", "open_source", "paced",
-    "read_wav_header", "to_mono",
+    "check_header", "check_path", "check_path_name", "check_raw_format", "next_input",
+    "open_source", "paced", "read_wav_header", "to_mono",
 ]

@@ -8,6 +8,8 @@ without bound.
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,3 +158,18 @@ def short_reason(exc: BaseException) -> str:
     """The last line of a decoder's error: the part a user can act on."""
     text = str(exc).strip().splitlines()
     return text[-1] if text else type(exc).__name__
+
+
+def check_path_name(path: str) -> None:
+    """A name longer than the system allows is bad input, said plainly (not an OSError)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            short = path if len(path) <= 60 else path[:57] + "..."
+            raise InputError(
+                f"{short}: file name too long ({len(path)} characters; the system allows "
+                "255 per name); rename the file or give a shorter path"
+            ) from None
+    except ValueError:
+        raise InputError(f"{path!r}: the name contains a NUL character") from None

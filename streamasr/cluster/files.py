@@ -1,6 +1,6 @@
 """`file INPUTS... --output-dir DIR --ray`: one task per input file, outputs written by it.
 
-Each task streams its file through `stream_one`, the very loop of a local `file` run, into
+Each task streams its file through `stream_file`, the very loop of a local `file` run, into
 an OutputDirRenderer writing into the task's own temporary folder, then renames each file
 into DIR: the outputs are byte for byte those of a local run, and the driver only learns the
 summary line's figures and the file names. DIR and the inputs must be on a path every node
@@ -76,10 +76,10 @@ class _Keep:
 
 def transcribe_file(spec: ModelSpec, job: FileJob) -> FileNote:
     """The task: decode one file into a temporary folder, then rename its outputs into place."""
-    from streamasr.commands.file import stream_one
-    from streamasr.commands.output_dir import OutputDirRenderer
     from streamasr.errors import InputError
+    from streamasr.file_stream import stream_file
     from streamasr.finishing import Finishing, finished
+    from streamasr.output_dir import OutputDirRenderer
 
     state = Path(job.state)
     outputs.note_attempt(state, job.key)
@@ -93,7 +93,7 @@ def transcribe_file(spec: ModelSpec, job: FileJob) -> FileNote:
     keep = _Keep(inner)
     error = ""
     try:
-        stream_one(job.path, recognizer, keep, job.options, False, None, job.raw)
+        stream_file(job.path, recognizer, keep, job.options, False, None, job.raw)
     except InputError as exc:  # as locally: what was recognised is written, the input fails
         error = str(exc)
     written = tuple(sorted(p.name for p in temp.iterdir() if p.suffix != ".part"))

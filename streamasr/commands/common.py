@@ -19,7 +19,7 @@ from rich.markup import escape
 from streamasr.backends.base import DEFAULT_THREADS, THREADS_MAX, check_threads
 from streamasr.backends.options import check_number
 from streamasr.captions import CueRules
-from streamasr.errors import InputError, OutputError, ReaderGone, StreamAsrError, UsageError
+from streamasr.errors import OutputError, ReaderGone, StreamAsrError, UsageError
 from streamasr.onset import OnsetOptions
 from streamasr.render import FORMATS, PARTIALS, RENDERERS, Renderer, RenderTarget, formats_help
 
@@ -182,21 +182,6 @@ def report_error(exc: StreamAsrError | str) -> None:
     if isinstance(exc, ReaderGone):
         return
     err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-
-
-def check_path_name(path: str) -> None:
-    """A name longer than the system allows is bad input, said plainly (not an OSError)."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        if exc.errno == errno.ENAMETOOLONG:
-            short = path if len(path) <= 60 else path[:57] + "..."
-            raise InputError(
-                f"{short}: file name too long ({len(path)} characters; the system allows "
-                "255 per name); rename the file or give a shorter path"
-            ) from None
-    except ValueError:
-        raise InputError(f"{path!r}: the name contains a NUL character") from None
 
 
 def output_error(exc: OSError) -> OutputError:

@@ -9,16 +9,6 @@ from typing import Annotated
 
 import typer
 
-from streamasr.audio import (
-    STDIN_NAME,
-    AudioSource,
-    RawFormat,
-    check_path,
-    check_raw_format,
-    next_input,
-    open_source,
-)
-from streamasr.backends.base import Recognizer
 from streamasr.captions import CueRules
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
@@ -32,7 +22,6 @@ from streamasr.commands.common import (
     SentenceCaseOpt,
     VerboseOpt,
     check_partials,
-    check_path_name,
     choose_format,
     cli_errors,
     err_console,
@@ -41,89 +30,16 @@ from streamasr.commands.common import (
     setup_logging,
 )
 from streamasr.commands.cue_options import with_cue_options
+from streamasr.commands.inputs import check_inputs_exist, raw_input_format
 from streamasr.commands.options import ModelOptions, build, with_model_options
-from streamasr.commands.output_dir import OutputDirRenderer, check_output_dir, parse_formats
 from streamasr.commands.remote import ServerOpt, check_remote_options, file_over_server
-from streamasr.driver import Pacing, Sink, drive
 from streamasr.errors import InputError, UsageError
-from streamasr.events import Event, StreamSummary
+from streamasr.file_stream import stream_file
 from streamasr.finishing import finished, load_finishing
+from streamasr.output_dir import OutputDirRenderer, check_output_dir, parse_formats
 from streamasr.render import RENDERERS, ProgressDisplay, Renderer
-from streamasr.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
-
-
-def stream_one(
-    path: str,
-    recognizer: Recognizer,
-    renderer: Renderer,
-    options: StreamOptions,
-    realtime: bool,
-    progress: ProgressDisplay | None = None,
-    raw: RawFormat | None = None,
-) -> None:
-    """Stream one file; on any interruption, flush what was recognised, then re-raise.
-
-    WAV streams that follow the first on a pipe (`cat a.wav b.wav |`) are inputs of their own.
-    """
-    check_path_name(path)
-    source: AudioSource | None = open_source(path, raw)
-    count = 1
-    while source is not None:
-        name = path if count == 1 else f"{path} (WAV stream {count})"
-        _stream_source(name, source, recognizer, renderer, options, realtime, progress)
-        source, count = next_input(source), count + 1
-
-
-def _stream_source(
-    path: str,
-    source: AudioSource,
-    recognizer: Recognizer,
-    renderer: Renderer,
-    options: StreamOptions,
-    realtime: bool,
-    progress: ProgressDisplay | None,
-) -> None:
-    if source.info.length_known and source.info.frames == 0:
-        log.warning("%s has no audio samples; the transcript is empty", path)
-    session = StreamSession(recognizer, source.sample_rate, path, options)
-    renderer.begin(path)
-    sink: Sink = renderer
-    after_block = None
-    if progress is not None:
-        # a buffered pipe's header may not state the true length: position only
-        progress.begin(path, None if path == STDIN_NAME else source.info.duration_s)
-        sink = _ProgressSink(renderer, progress, session)
-        after_block = sink.advance
-    try:
-        blocks = source.blocks(session.block_s)
-        drive(session, blocks, sink, pacing=Pacing() if realtime else None,
-              after_block=after_block)
-    finally:
-        source.close()
-
-
-class _ProgressSink:
-    """The renderer with the progress bar beside it; the bar goes before the summary line."""
-
-    def __init__(
-        self, renderer: Renderer, progress: ProgressDisplay, session: StreamSession
-    ) -> None:
-        self.renderer = renderer
-        self.progress = progress
-        self.session = session
-
-    def event(self, event: Event) -> None:
-        self.renderer.event(event)
-        self.progress.event(event)
-
-    def advance(self, _block: object) -> None:
-        self.progress.advance(self.session.audio_s)
-
-    def end(self, summary: StreamSummary) -> None:
-        self.progress.end()
-        self.renderer.end(summary)
 
 
 def register(app: typer.Typer) -> None:
@@ -169,7 +85,7 @@ def register(app: typer.Typer) -> None:
         """Stream audio files in fixed blocks: live partials, finals, first-token timing."""
         setup_logging(verbose)
         if ray is not None:  # one task per input on a cluster: streamasr/cluster/
-            from streamasr.cluster.file_run import file_on_ray
+            from streamasr.commands.file_ray import file_on_ray
 
             if server is not None:
                 with cli_errors():
@@ -202,7 +118,7 @@ def register(app: typer.Typer) -> None:
         failed = 0
         for path in paths:
             try:
-                stream_one(path, recognizer, renderer, options, realtime, progress, raw_format)
+                stream_file(path, recognizer, renderer, options, realtime, progress, raw_format)
             except InputError as exc:
                 failed += 1
                 report_error(exc)
@@ -244,40 +160,6 @@ def file_renderer(
         fmt_name, realtime, partials, quiet, headers=len(paths) > 1, cues=cues
     )
     return renderer, RENDERERS[fmt_name].terminal
-
-
-def check_inputs_exist(paths: list[str]) -> None:
-    """When no input can be read at all, say so before the model loads (seconds); when some
-    can, the others fail one by one as they come, and the rest still run."""
-    problems = []
-    for path in paths:
-        if path == STDIN_NAME:
-            return
-        try:
-            check_path(path)
-            return
-        except InputError as exc:
-            problems.append(exc)
-        except OSError:  # a name the system cannot even look up: it fails alone, in order
-            return
-    if problems:
-        more = len(problems) - 1
-        raise InputError(f"{problems[0]}" + (f" (and {more} more unreadable)" if more else ""))
-
-
-def raw_input_format(raw: str | None, rate: int | None, channels: int | None) -> RawFormat | None:
-    """--raw/--rate/--channels as one checked format (None: inputs carry their own header)."""
-    if raw is None:
-        if rate is not None or channels is not None:
-            raise UsageError(
-                "--rate and --channels describe headerless PCM; add --raw s16le|s32le|f32le "
-                "(audio files carry their own rate and channels)"
-            )
-        return None
-    check_raw_format(RawFormat(raw, 16000, 1))  # the encoding first: it is the likelier typo
-    if rate is None:
-        raise UsageError(f"--raw {raw} needs --rate: headerless PCM does not say its rate")
-    return check_raw_format(RawFormat(raw, rate, 1 if channels is None else channels))
 
 
 def progress_display(renderer_draws: bool) -> ProgressDisplay | None:

@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from streamasr.audio import AudioSource, RawFormat, next_input, open_source
+from streamasr.audio import AudioSource, RawFormat, check_path_name, next_input, open_source
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
-    check_path_name,
     cli_errors,
     err_console,
     report_error,

@@ -92,9 +92,9 @@ def file_on_ray(address: str, paths: list[str], model_options: Any, output_dir: 
         cli_errors,
         err_console,
     )
-    from streamasr.commands.file import check_inputs_exist, raw_input_format
+    from streamasr.commands.inputs import check_inputs_exist, raw_input_format
     from streamasr.commands.options import backend_and_device, build, engine_options
-    from streamasr.commands.output_dir import check_output_dir, parse_formats
+    from streamasr.output_dir import check_output_dir, parse_formats
     from streamasr.render import ProgressDisplay
 
     with cli_errors():
