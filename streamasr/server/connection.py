@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamasr.server import protocol
 from streamasr.server.protocol import ProtocolError
+from streamasr.server.rooms import Publishing, presented_token
 from streamasr.server.scheduler import Utterance
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ class Connection:
         self._deadline = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self.utterance: Utterance | None = None
+        path, _, query = ws.request.path.partition("?")
+        self.publishing = Publishing(server.rooms, presented_token(ws.request.headers, query))
 
     def request_stop(self, stop: Stop) -> None:
         """Ask the handler to end (from elsewhere on the loop: shutdown, a full queue)."""
@@ -89,6 +92,7 @@ class Connection:
 
     def deliver(self, lines: list[str]) -> None:
         """Queue events to send; a client whose queue is full is closed."""
+        self.publishing.deliver(lines)  # its room's viewers, if it publishes to one
         for line in lines:
             try:
                 self.outbox.put_nowait(line)
@@ -120,6 +124,7 @@ class Connection:
         except Stop as stop:
             await self._stop(stop)
         finally:
+            self.publishing.end()
             if self.utterance is not None:
                 self.server.scheduler.discard(self.utterance)
             if self._timer is not None:
@@ -149,6 +154,7 @@ class Connection:
             config = protocol.parse_config(
                 message, server.options.endpoint, self.limits.max_queued_audio_s * 500
             )
+            self.publishing.begin(config.room, config.partials)
             self.utterance = await server.scheduler.open(config, self.deliver, self.fail)
             while True:
                 message = await self._receive(self.limits.idle_timeout_s, "idle")

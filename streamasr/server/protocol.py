@@ -5,7 +5,7 @@ A client, over one WebSocket connection:
 1. sends a text message with a JSON config: `{"sample_rate": 16000, "format": "s16le",
    "channels": 1}` plus optional per-session settings (`source`, `realtime`, `endpoint`,
    `rule1_s`, `rule2_s`, `rule3_s`, `partials`, `block_ms`, `tail_padding_s`) within the
-   server's limits;
+   server's limits, and `room` to publish its events to a room's viewers (server/rooms.py);
 2. sends binary frames of interleaved PCM in that format, of any size;
 3. sends the text message `{"type": "end"}` (or closes the connection);
 4. receives, as JSON text messages, exactly the objects `streamasr file --format jsonl`
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -36,6 +37,8 @@ FORMATS: dict[str, np.dtype] = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4
 MAX_CHANNELS = 8
 MAX_SOURCE_CHARS = 256
 MAX_CONFIG_BYTES = 4096
+#: A room's name: short, and safe in a URL path and a file name.
+ROOM_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 # WebSocket close codes (RFC 6455, section 7.4.1)
 CLOSE_NORMAL = 1000
@@ -51,6 +54,7 @@ MAX_REASON_BYTES = 123  # what a close frame can carry
 CONFIG_KEYS = (
     "type", "sample_rate", "format", "channels", "source", "realtime",
     "endpoint", "rule1_s", "rule2_s", "rule3_s", "partials", "block_ms", "tail_padding_s",
+    "room",
 )
 PARTIALS = ("full", "delta")
 #: A session's own feed block: "chunk" (one engine chunk) or milliseconds in this range.
@@ -96,6 +100,7 @@ class SessionConfig:
     partials: str = "full"  # "delta": partials carry what changed (as file --partials delta)
     block_ms: float | Literal["chunk", "message"] | None = None  # None: the server's
     tail_padding_s: float | None = None  # None: the server's tail padding
+    room: str | None = None  # publish the events to this room's viewers
 
     @property
     def frame_bytes(self) -> int:
@@ -183,8 +188,21 @@ def parse_config(
         )
     tail = _number(data, "tail_padding_s", None, *TAIL_PADDING_S_RANGE, "s")
     return SessionConfig(
-        rate, fmt, channels, source, realtime, endpoint, partials, block_ms, tail
+        rate, fmt, channels, source, realtime, endpoint, partials, block_ms, tail,
+        room_name(data.get("room")),
     )
+
+
+def room_name(value: Any) -> str | None:
+    """A config's room (None: none), or ProtocolError saying what a name may be."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not ROOM_NAME.fullmatch(value):
+        raise ProtocolError(
+            CLOSE_INVALID,
+            "config: room must be 1 to 64 letters, digits, '-' or '_'",
+        )
+    return value
 
 
 def _whole(data: dict[str, Any], key: str, default: int | None, low: int, high: int) -> int:
