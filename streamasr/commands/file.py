@@ -39,7 +39,7 @@ from streamasr.commands.common import (
 )
 from streamasr.commands.options import ModelOptions, build, with_model_options
 from streamasr.commands.output_dir import OutputDirRenderer, check_output_dir, parse_formats
-from streamasr.commands.remote import ServerOpt, file_over_server
+from streamasr.commands.remote import RoomOpt, ServerOpt, check_room, file_over_server
 from streamasr.driver import Pacing, Sink, drive
 from streamasr.errors import InputError, UsageError
 from streamasr.events import Event, StreamSummary
@@ -150,6 +150,7 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = None,
         partials: PartialsOpt = "full",
         server: ServerOpt = None,
+        room: RoomOpt = None,
         ray: Annotated[
             str | None,
             typer.Option("--ray", metavar="[ADDRESS]", help="Decode the inputs on a Ray cluster, "
@@ -180,6 +181,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Stream audio files in fixed blocks: live partials, finals, first-token timing."""
         setup_logging(verbose)
+        with cli_errors():
+            check_room(room, server)
         if ray is not None:  # one task per input on a cluster: streamasr/cluster/
             from streamasr.cluster.file_run import file_on_ray
 
@@ -198,7 +201,7 @@ def register(app: typer.Typer) -> None:
                     )
             file_over_server(
                 server, paths, model_options, realtime, (raw, rate, channels), fmt, partials,
-                quiet,
+                quiet, room,
             )
             return
         with cli_errors():

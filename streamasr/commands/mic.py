@@ -29,8 +29,10 @@ from streamasr.commands.options import (
 )
 from streamasr.commands.remote import (
     SEND_BLOCK_S,
+    RoomOpt,
     ServerOpt,
     check_remote_options,
+    check_room,
     remote_model,
 )
 from streamasr.driver import Session
@@ -183,6 +185,7 @@ def register(app: typer.Typer) -> None:
         model_options: ModelOptions,
         max_backlog: BacklogOpt = DEFAULT_MAX_BACKLOG_S,
         server: ServerOpt = None,
+        room: RoomOpt = None,
         fmt: FormatOpt = None,
         quiet: QuietOpt = False,
         verbose: VerboseOpt = False,
@@ -206,6 +209,7 @@ def register(app: typer.Typer) -> None:
                 check_number("--duration", duration, 0, 7 * 86400, "s", low_open=True)
                 check_number("--max-backlog", max_backlog, 0, 3600, "s", low_open=True)
                 check_number("--channel", channel, 1, 1024, "(1-based)")
+                check_room(room, server)
                 fmt_name = choose_format(fmt)
                 # the command line first (usage errors, CUDA), then the device, both said in a
                 # second, before the model loads
@@ -216,7 +220,7 @@ def register(app: typer.Typer) -> None:
                 chosen = select_device(list_input_devices(), device)
                 if server is not None:
                     recognizer, options = None, StreamOptions()
-                    open_session = remote_opener(server, model_options)
+                    open_session = remote_opener(server, model_options, room)
                     # the capture's blocks are the messages sent; the server cuts its own
                     block_s = (
                         model_options.block_ms / 1000 if model_options.block_ms else SEND_BLOCK_S
@@ -254,10 +258,12 @@ def register(app: typer.Typer) -> None:
                 log_file.close()
 
 
-def remote_opener(url: str, model_options: ModelOptions) -> SessionOpener:
+def remote_opener(
+    url: str, model_options: ModelOptions, room: str | None = None
+) -> SessionOpener:
     """Sessions on a `streamasr serve` at `url`, with the session settings `file --server`
     sends (so what is printed is what a local `mic` prints with the server's model)."""
-    model = remote_model(url, model_options)
+    model = remote_model(url, model_options, room)
     model.open()
 
     def open_session(rate: int, name: str, clock: CaptureClock) -> Session:

@@ -40,6 +40,15 @@ ServerOpt = Annotated[
         "loading a model here; the token, if any, from $STREAMASR_TOKEN.",
     ),
 ]
+RoomOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--room",
+        help="With --server: publish the captions to this room of the server too; viewers "
+        "read them at http(s)://HOST:PORT/rooms/NAME (publish token, if any, in "
+        "$STREAMASR_TOKEN).",
+    ),
+]
 
 #: The options that travel to the server as the session's own settings.
 SESSION_FIELDS = ("endpoint", "rule1_s", "rule2_s", "rule3_s", "block_ms", "tail_padding_s")
@@ -85,14 +94,28 @@ def session_settings(options: ModelOptions) -> dict[str, object]:
     return given
 
 
-def remote_model(url: str, model_options: ModelOptions) -> RemoteModel:
+def remote_model(url: str, model_options: ModelOptions, room: str | None = None) -> RemoteModel:
     """A connection to the `streamasr serve` at `url` (the token from $STREAMASR_TOKEN) whose
-    sessions ask for the settings given here (session_settings)."""
+    sessions ask for the settings given here (session_settings), publishing to `room`."""
     from streamasr.server.client import connect
 
     model = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None)
     model.settings = session_settings(model_options)
+    if room is not None:
+        model.settings["room"] = room
     return model
+
+
+def check_room(room: str | None, server: str | None) -> None:
+    """--room names a room on a server: it needs --server and a name a room may have."""
+    from streamasr.server.protocol import ROOM_NAME
+
+    if room is None:
+        return
+    if server is None:
+        raise UsageError("--room publishes to a server's room; give --server URL too")
+    if not ROOM_NAME.fullmatch(room):
+        raise UsageError(f"--room {room[:80]!r}: use 1 to 64 letters, digits, '-' or '_'")
 
 
 def file_over_server(
@@ -104,6 +127,7 @@ def file_over_server(
     fmt: str | None,
     partials: str,
     quiet: bool = False,
+    room: str | None = None,
 ) -> None:
     """The `file` command with --server: every input through the remote model."""
     from streamasr.audio import open_source, paced
@@ -116,7 +140,7 @@ def file_over_server(
         fmt_name = choose_format(fmt)
         check_partials(partials, fmt_name)
         renderer = make_renderer(fmt_name, realtime, partials, quiet, headers=len(paths) > 1)
-        model = remote_model(url, model_options)
+        model = remote_model(url, model_options, room)
     failed = 0
     with model:
         for path in paths:
