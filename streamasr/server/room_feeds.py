@@ -87,6 +87,8 @@ class RoomFeeds:
             return _response(200, _static(tail), STATIC[tail])
         try:
             name, rest = split(path)
+            if rest in STATIC:  # the page's address ended in a slash
+                return _response(200, _static(rest), STATIC[rest])
             if rest == "ws":
                 if request.headers.get("Upgrade", "").lower() != "websocket":
                     raise FeedError(426, 0, f"{path} takes WebSocket connections")
