@@ -1,0 +1,144 @@
+"""A room in headless Debian chromium through selenium: one page publishes, two read.
+
+The publishing page (the server's page at /?room=NAME) streams chromium's fake microphone
+(a bundled clip, looped) and keeps a copy of exactly what it sent; two viewer pages
+(/rooms/NAME, one at a phone's size, one at a desktop's) must show the last finals that
+`streamasr file` prints for that copy, and the transcript their download link fetches must
+hold them all. A viewer page opened before anyone publishes says so, then catches up.
+Screenshots go to build/: room-phone.png, room-desktop.png (dark, larger text); docs/img
+holds copies.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from serve_fixture import REPO, ServerProcess, clip, file_events, serve
+
+CLIP = clip(0)
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+WAIT_S = 90.0  # a loaded machine: page, worklet and the first endpoint
+ROOM = "stage"
+PHONE = (390, 844)
+DESKTOP = (1280, 720)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerProcess]:
+    with serve("--max-connections", "4") as running:
+        yield running
+
+
+def chromium(*extra: str) -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    for tool in (CHROMIUM, CHROMEDRIVER):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing: apt-get install chromium chromium-driver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--autoplay-policy=no-user-gesture-required",
+                     *extra):  # fmt: skip
+        options.add_argument(argument)
+    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+
+
+@pytest.fixture()
+def publisher() -> Iterator[Any]:
+    driver = chromium(
+        "--window-size=1000,700", "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={REPO / CLIP}",
+    )  # fmt: skip
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture()
+def viewers() -> Iterator[Any]:
+    driver = chromium(f"--window-size={PHONE[0]},{PHONE[1]}")
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+FETCH = """
+const done = arguments[arguments.length - 1];
+fetch(arguments[0]).then((r) => r.arrayBuffer()).then((buffer) => {
+  let binary = "";
+  const bytes = new Uint8Array(buffer);
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    binary += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  }
+  done(btoa(binary));
+});
+"""
+
+
+def fetched(driver: Any, url: str) -> bytes:
+    driver.set_script_timeout(WAIT_S)
+    return base64.b64decode(driver.execute_async_script(FETCH, url))
+
+
+def shown(driver: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#captions .final")]
+
+
+def test_two_viewer_pages_show_what_file_prints_for_the_published_audio(
+    server: ServerProcess, publisher: Any, viewers: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    # a viewer before the talk: the room is unknown, the page says so and waits
+    viewers.get(f"{server.http}/rooms/{ROOM}")
+    phone = viewers.current_window_handle
+    WebDriverWait(viewers, WAIT_S).until(
+        lambda d: "No one has published" in d.find_element(By.ID, "status").text
+    )
+    publisher.get(f"{server.http}/?room={ROOM}")
+    publisher.find_element(By.ID, "keep").click()
+    publisher.find_element(By.ID, "start").click()
+    wait = WebDriverWait(publisher, WAIT_S)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#finals .final")) >= 2)
+    # a second viewer in the middle of the talk, at a desktop's size
+    viewers.switch_to.new_window("window")
+    desktop = viewers.current_window_handle
+    viewers.set_window_size(*DESKTOP)
+    viewers.get(f"{server.http}/rooms/{ROOM}")
+    WebDriverWait(viewers, WAIT_S).until(lambda d: shown(d))
+    publisher.find_element(By.ID, "stop").click()
+    wait.until(lambda d: d.find_element(By.ID, "copy").is_displayed())
+    sent = tmp_path / "sent.wav"
+    sent.write_bytes(fetched(publisher, publisher.find_element(By.ID, "copy").get_attribute("href")))
+    live = ("--block-ms", "100", "--tail-padding", "0.3")  # the server's session defaults
+    finals = [r["text"] for r in file_events(str(sent), options=live)[str(sent)]
+              if r["type"] == "final" and r["text"].strip()]  # fmt: skip
+    assert len(finals) >= 2
+    (REPO / "build").mkdir(exist_ok=True)
+    for handle, name in ((phone, "room-phone.png"), (desktop, "room-desktop.png")):
+        viewers.switch_to.window(handle)
+        WebDriverWait(viewers, WAIT_S).until(
+            lambda d: "not connected" in d.find_element(By.ID, "status").text
+        )
+        assert shown(viewers) == finals[-3:]
+        assert viewers.find_elements(By.CSS_SELECTOR, "#captions .partial") == []
+        if handle == desktop:  # the dark theme, and larger text
+            viewers.find_element(By.ID, "theme").click()
+            viewers.find_element(By.ID, "larger").click()
+            assert "dark" in viewers.find_element(By.TAG_NAME, "body").get_attribute("class")
+        viewers.save_screenshot(str(REPO / "build" / name))
+    link = viewers.find_element(By.ID, "get-txt").get_attribute("href")
+    assert fetched(viewers, link).decode() == "".join(text + "\n" for text in finals)
