@@ -231,6 +231,13 @@ def main() -> None:
             sent = seen.get((source, seq, kind))
             if sent is not None:
                 lags.append(at - sent)
+    # per event, from the first viewer's receipt to the last's: the fan-out's own spread,
+    # on no publisher's clock
+    receipts: dict[tuple, list[float]] = {}
+    for viewer in viewers:
+        for source, seq, kind, _, at in viewer["events"]:
+            receipts.setdefault((source, seq, kind), []).append(at)
+    spreads = [max(times) - min(times) for times in receipts.values()]
     finals_expected = {key for key in seen if key[2] == "final"}
     for viewer in viewers:
         got = {row[:3] for row in viewer["events"] if row[2] == "final"}
@@ -246,6 +253,8 @@ def main() -> None:
         "deliveries": len(lags),
         "lag_ms": {"p50": _ms(percentile(lags, 0.5)), "p90": _ms(percentile(lags, 0.9)),
                    "p99": _ms(percentile(lags, 0.99)), "max": _ms(max(lags, default=None))},
+        "spread_ms": {"p50": _ms(percentile(spreads, 0.5)), "p99": _ms(percentile(spreads, 0.99)),
+                      "max": _ms(max(spreads, default=None))},
         "viewers_broken": broken,
         "server_cpu_s": {"baseline": round(base_cpu, 2), "with_viewers": round(cpu_run, 2),
                          "per_viewer_per_talk_minute_ms": round(

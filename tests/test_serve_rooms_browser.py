@@ -122,7 +122,8 @@ def test_two_viewer_pages_show_what_file_prints_for_the_published_audio(
     publisher.find_element(By.ID, "stop").click()
     wait.until(lambda d: d.find_element(By.ID, "copy").is_displayed())
     sent = tmp_path / "sent.wav"
-    sent.write_bytes(fetched(publisher, publisher.find_element(By.ID, "copy").get_attribute("href")))
+    copy = publisher.find_element(By.ID, "copy").get_attribute("href")
+    sent.write_bytes(fetched(publisher, copy))
     live = ("--block-ms", "100", "--tail-padding", "0.3")  # the server's session defaults
     finals = [r["text"] for r in file_events(str(sent), options=live)[str(sent)]
               if r["type"] == "final" and r["text"].strip()]  # fmt: skip

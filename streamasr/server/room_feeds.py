@@ -224,7 +224,7 @@ class SseViewer(asyncio.Protocol):
 
     def close(self, code: int, reason: str) -> None:
         """A last `close` event saying why, then the end of the response."""
-        if self.done:
+        if self.done or self.transport.is_closing():
             return
         self.done = True
         record = json.dumps({"type": "close", "code": code, "reason": reason})
