@@ -107,7 +107,7 @@ class Room:
         self.options = options
         self.seq = 0
         self.history: deque[HistoryFinal] = deque(maxlen=options.history_finals)
-        self.publisher: object | None = None
+        self.publisher: Publishing | None = None
         self.viewers: set[Viewer] = set()
         self.touched_s = time.monotonic()
         self._base_s = 0.0  # room audio time at the current utterance's start
@@ -165,7 +165,7 @@ class Room:
             }
         )
 
-    def set_publisher(self, publisher: object | None) -> None:
+    def set_publisher(self, publisher: Publishing | None) -> None:
         self.publisher = publisher
         self.touched_s = time.monotonic()
         self._fan_out(None, self.status())
@@ -237,9 +237,13 @@ class Rooms:
     def get(self, name: str) -> Room | None:
         return self.rooms.get(name)
 
-    def claim(self, name: str, publisher: object, token: str | None) -> Room:
+    def claim(self, name: str, publisher: Publishing, token: str | None) -> Room:
         """`publisher` publishes to room `name` from now on (the room is made if new, or
-        continued); ProtocolError when its token is refused or another publishes there."""
+        continued); ProtocolError when its token is refused.
+
+        A new publisher takes over from one still connected (which goes on decoding for
+        itself only): a speaker whose connection dropped without a close, and who connects
+        again, is not kept out until the server notices the old connection is dead."""
         if not token_matches(self.options.publish_token, token):
             raise ProtocolError(
                 protocol.CLOSE_POLICY,
@@ -255,16 +259,15 @@ class Rooms:
                 )
             room = self.rooms[name] = Room(name, self.options)
             self._start_tidier()
-        if room.publisher is not None and room.publisher is not publisher:
-            raise ProtocolError(
-                protocol.CLOSE_POLICY,
-                f"room {name} has a publisher already; one publisher per room",
-            )
-        if room.publisher is None:
+        previous = room.publisher
+        if previous is not publisher:
+            if previous is not None:
+                log.info("room %s: a new publisher takes over", name)
+                previous.room = None
             room.set_publisher(publisher)
         return room
 
-    def release(self, room: Room, publisher: object) -> None:
+    def release(self, room: Room, publisher: Publishing) -> None:
         """The publisher left (closed, or moved to another room): the room says so."""
         if room.publisher is publisher:
             room.set_publisher(None)
