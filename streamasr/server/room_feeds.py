@@ -309,6 +309,7 @@ def transcript(room: Room, fmt: str) -> str:
     from rich.console import Console
 
     from streamasr.captions import Word
+    from streamasr.events import Final
     from streamasr.render import SubtitleRenderer, TextRenderer
     from streamasr.server.client import event_from_record
 
@@ -323,14 +324,16 @@ def transcript(room: Room, fmt: str) -> str:
     for record in room.finals():
         words = tuple(Word(**word) for word in record.get("words", ()))
         final = event_from_record({**record, "words": []})
-        renderer.event(dataclasses.replace(final, words=words) if words else final)
+        if words and isinstance(final, Final):
+            final = dataclasses.replace(final, words=words)
+        renderer.event(final)
     if fmt == "vtt" and not out.getvalue():
         return "WEBVTT\n\n"
     return out.getvalue()
 
 
 def _static(name: str) -> bytes:
-    return resources.files("streamasr.server").joinpath("static", name).read_bytes()
+    return resources.files("streamasr.server").joinpath("static").joinpath(name).read_bytes()
 
 
 def _response(status: int, body: bytes, content_type: str, disposition: str = "") -> Any:
