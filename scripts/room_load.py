@@ -231,12 +231,14 @@ def main() -> None:
             sent = seen.get((source, seq, kind))
             if sent is not None:
                 lags.append(at - sent)
-    # per event, from the first viewer's receipt to the last's: the fan-out's own spread,
-    # on no publisher's clock
+    # per live event, from the first viewer's receipt to the last's: the fan-out's own
+    # spread, on no publisher's clock (the baseline's finals came to each viewer from the
+    # room's history as it joined)
     receipts: dict[tuple, list[float]] = {}
     for viewer in viewers:
         for source, seq, kind, _, at in viewer["events"]:
-            receipts.setdefault((source, seq, kind), []).append(at)
+            if (source, seq, kind) in seen:
+                receipts.setdefault((source, seq, kind), []).append(at)
     spreads = [max(times) - min(times) for times in receipts.values()]
     finals_expected = {key for key in seen if key[2] == "final"}
     for viewer in viewers:
