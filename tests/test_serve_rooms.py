@@ -288,6 +288,7 @@ def test_tokens_and_viewer_limit(server: ServerProcess) -> None:
     ("args", "words"),
     [
         (("file", "x.wav", "--room", "talk"), "give --server URL too"),
+        (("mic", "--room", "talk"), "give --server URL too"),
         (("file", "x.wav", "--server", "ws://127.0.0.1:1/ws", "--room", "a/b"), "--room"),
         (("serve", "--max-viewers", "0"), "--max-viewers 0"),
         (("serve", "--workers", "2", "--view-token-file", "README.md"), "one server process"),
