@@ -4,7 +4,8 @@ The publishing page (the server's page at /?room=NAME) streams chromium's fake m
 (a bundled clip, looped) and keeps a copy of exactly what it sent; two viewer pages
 (/rooms/NAME, one at a phone's size, one at a desktop's) must show the last finals that
 `streamasr file` prints for that copy, and the transcript their download link fetches must
-hold them all. A viewer page opened before anyone publishes says so, then catches up.
+hold them all. A viewer page opened before anyone publishes says so, then catches up; when
+the server goes away, the page says that too.
 Screenshots go to build/: room-phone.png, room-desktop.png (dark, larger text); docs/img
 holds copies.
 """
@@ -143,3 +144,9 @@ def test_two_viewer_pages_show_what_file_prints_for_the_published_audio(
         viewers.save_screenshot(str(REPO / "build" / name))
     link = viewers.find_element(By.ID, "get-txt").get_attribute("href")
     assert fetched(viewers, link).decode() == "".join(text + "\n" for text in finals)
+    # the server goes away: the page says so, in words, and keeps the captions
+    assert server.stop() == 0
+    WebDriverWait(viewers, WAIT_S).until(
+        lambda d: "server cannot be reached" in d.find_element(By.ID, "status").text
+    )
+    assert shown(viewers) == finals[-3:]
