@@ -150,3 +150,20 @@ def test_two_viewer_pages_show_what_file_prints_for_the_published_audio(
         lambda d: "server cannot be reached" in d.find_element(By.ID, "status").text
     )
     assert shown(viewers) == finals[-3:]
+
+
+def test_viewer_page_says_when_its_token_is_refused(viewers: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    token = tmp_path / "view"
+    token.write_text("v1ew\n")
+    with serve("--view-token-file", str(token)) as running:
+        viewers.get(f"{running.http}/rooms/{ROOM}?token=wrong")
+        WebDriverWait(viewers, WAIT_S).until(
+            lambda d: "view token was refused" in d.find_element(By.ID, "status").text
+        )
+        viewers.get(f"{running.http}/rooms/{ROOM}?token=v1ew")  # the right one: on to the room
+        WebDriverWait(viewers, WAIT_S).until(
+            lambda d: "No one has published" in d.find_element(By.ID, "status").text
+        )
