@@ -108,10 +108,10 @@ def remote_model(url: str, model_options: ModelOptions, room: str | None = None)
 
 def check_room(room: str | None, server: str | None) -> None:
     """--room names a room on a server: it needs --server and a name a room may have."""
-    from streamasr.server.protocol import ROOM_NAME
-
     if room is None:
         return
+    from streamasr.server.protocol import ROOM_NAME
+
     if server is None:
         raise UsageError("--room publishes to a server's room; give --server URL too")
     if not ROOM_NAME.fullmatch(room):
