@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -238,7 +239,7 @@ def test_tokens_and_viewer_limit(server: ServerProcess) -> None:
     asyncio.run(publish_clip(server, "full", clip(1)))
     base = f"ws://127.0.0.1:{server.port}/rooms/full/ws"
 
-    async def run() -> list[Any]:
+    async def run() -> tuple[list[Any], str]:
         results: list[Any] = []
         results.append(await ws_refusal(base))
         results.append(await ws_refusal(base + "?token=wrong"))
@@ -261,6 +262,7 @@ def test_tokens_and_viewer_limit(server: ServerProcess) -> None:
         results.append(await ws_refusal(feed(server, "full")))
         status, seen = await sse_view(server.port, f"/rooms/full/events?token={VIEW}", bool)
         results.append(status)
+        metrics = (await asyncio.to_thread(http_get, server.http + "/metrics"))[1]
         await holders.pop().close()
         seen = Seen()
         for _ in range(50):  # the server notices the close on its next turn
@@ -271,9 +273,12 @@ def test_tokens_and_viewer_limit(server: ServerProcess) -> None:
         results.append(seen.events[-1]["type"] if seen.events else seen.code)
         for holder in holders:
             await holder.close()
-        return results
+        return results, metrics
 
-    results = asyncio.run(run())
+    results, metrics = asyncio.run(run())
+    gauges = dict(re.findall(r"^(streamasr_room\w*) (\S+)$", metrics, re.M))
+    assert float(gauges["streamasr_room_viewers"]) >= MAX_VIEWERS  # these, at least
+    assert float(gauges["streamasr_rooms"]) >= 1
     assert results[0] == (4401, "missing or wrong view token: add ?token=TOKEN to the address")
     assert results[1][0] == 4401
     assert results[2][0] == 401 and "view token" in results[2][1]

@@ -78,7 +78,7 @@ class StreamServer:
             recognizer, options, self.metrics, limits.max_batch, limits.max_wait_ms / 1000,
             per_message=per_message,
         )
-        self.rooms = Rooms(rooms) if rooms is not None else None
+        self.rooms = Rooms(rooms, self.metrics.registry) if rooms is not None else None
         self.room_feeds = RoomFeeds(self.rooms)
         self.connections: set[Connection] = set()
         self.stopping = False

@@ -228,11 +228,30 @@ def _shifted(record: dict[str, Any], base_s: float) -> dict[str, Any]:
 class Rooms:
     """Every room of one server, by name."""
 
-    def __init__(self, options: RoomOptions) -> None:
+    def __init__(self, options: RoomOptions, registry: Any = None) -> None:
+        """`registry`: the server's Prometheus registry, to count rooms and viewers in."""
         self.options = options
         self.rooms: dict[str, Room] = {}
         self._tidier: asyncio.Task[None] | None = None
         self.closing = False
+        if registry is not None:
+            self._metrics(registry)
+
+    def _metrics(self, registry: Any) -> None:
+        from prometheus_client import Gauge
+
+        Gauge(
+            "streamasr_rooms", "Rooms (with a publisher, viewers or kept finals)",
+            registry=registry,
+        ).set_function(lambda: len(self.rooms))  # fmt: skip
+        Gauge(
+            "streamasr_room_viewers", "Viewers of all rooms (WebSocket and SSE)",
+            registry=registry,
+        ).set_function(lambda: sum(len(room.viewers) for room in self.rooms.values()))
+        Gauge(
+            "streamasr_room_publishers", "Rooms with a publisher connected",
+            registry=registry,
+        ).set_function(lambda: sum(room.publisher is not None for room in self.rooms.values()))
 
     def get(self, name: str) -> Room | None:
         return self.rooms.get(name)
