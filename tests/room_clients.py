@@ -35,10 +35,12 @@ class Seen:
         return [event["room_seq"] for event in self.events if "room_seq" in event]
 
 
-async def ws_view(url: str, until: Until, seen: Seen | None = None, skip: int = 0) -> Seen:
+async def ws_view(
+    url: str, until: Until, seen: Seen | None = None, skip: int = 0, ssl: Any = None
+) -> Seen:
     """Read a room's WebSocket feed until `until(event)` is true (past `skip` matches)."""
     seen = seen or Seen()
-    async with connect(url) as ws:
+    async with connect(url, **({"ssl": ssl} if ssl is not None else {})) as ws:
         try:
             while True:
                 record = json.loads(await ws.recv())
@@ -61,12 +63,12 @@ async def ws_refusal(url: str) -> tuple[int | None, str]:
 
 async def sse_view(
     port: int, path: str, until: Until, headers: dict[str, str] | None = None,
-    seen: Seen | None = None, skip: int = 0,
+    seen: Seen | None = None, skip: int = 0, ssl: Any = None,
 ) -> tuple[int, Seen]:  # fmt: skip
     """Read a room's SSE feed until `until(event)`; the HTTP status and what came (an error
-    status: its body as the reason)."""
+    status: its body as the reason). `ssl`: a client context for https."""
     seen = seen or Seen()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ssl)
     lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Accept: text/event-stream"]
     lines += [f"{key}: {value}" for key, value in (headers or {}).items()]
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())

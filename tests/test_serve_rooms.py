@@ -374,3 +374,34 @@ def test_a_new_publisher_takes_over_from_one_still_connected(server: ServerProce
     assert [r for r in held if r["type"] == "final" and r["text"]]  # still served
     assert without_room(late.finals) == comparable([r for r in taken if r["type"] == "final"])
     assert late.events[-1]["publisher"] is False
+
+
+def test_feeds_over_tls(tmp_path: Path) -> None:
+    """wss:// and https://: the SSE feed takes the TLS connection over as it does a plain one."""
+    import ssl
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.create_default_context(cafile=str(cert))
+    with serve("--certfile", str(cert), "--keyfile", str(key)) as running:
+        url = running.url.replace("ws://", "wss://")
+
+        async def run() -> tuple[list[dict], Seen, tuple[int, Seen]]:
+            async with connect(url, ssl=context) as ws:
+                events = await stream_clip(ws, clip(1), room="secure", **FILE_SETTINGS)
+                feed_url = f"wss://127.0.0.1:{running.port}/rooms/secure/ws"
+                until = lambda r: r["type"] == "status"  # noqa: E731
+                seen = await ws_view(feed_url, until, ssl=context)
+                sse = await sse_view(running.port, "/rooms/secure/events", until, ssl=context)
+            return events, seen, sse
+
+        events, seen, (status, sse) = asyncio.run(run())
+        assert running.stop() == 0
+    finals = comparable([r for r in events if r["type"] == "final"])
+    assert finals and without_room(seen.finals) == finals
+    assert status == 200 and without_room(sse.finals) == finals
