@@ -5,7 +5,8 @@ The publishing page (the server's page at /?room=NAME) streams chromium's fake m
 (/rooms/NAME, one at a phone's size, one at a desktop's) must show the last finals that
 `streamasr file` prints for that copy, and the transcript their download link fetches must
 hold them all. A viewer page opened before anyone publishes says so, then catches up; when
-the server goes away, the page says that too.
+the server goes away, the page says that too; a viewer page whose network drops out
+reconnects and shows the finals spoken meanwhile, each once; a refused token is said.
 Screenshots go to build/: room-phone.png, room-desktop.png (dark, larger text); docs/img
 holds copies.
 """
@@ -167,3 +168,112 @@ def test_viewer_page_says_when_its_token_is_refused(viewers: Any, tmp_path: Path
         WebDriverWait(viewers, WAIT_S).until(
             lambda d: "No one has published" in d.find_element(By.ID, "status").text
         )
+
+
+class _Proxy:
+    """A TCP relay between the browser and the server whose connections the test cuts, and
+    which then refuses new ones until restored: a viewer's network dropping out."""
+
+    def __init__(self, port: int) -> None:
+        import socket
+        import threading
+
+        self.target = port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.down = False
+        self.open: list[Any] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.down:
+                client.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            with self.lock:
+                self.open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: Any, sink: Any) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            try:
+                end.close()
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        import socket
+
+        self.down = True
+        with self.lock:
+            for end in self.open:
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self.open = []
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_viewer_page_reconnects_and_misses_nothing(viewers: Any) -> None:
+    import asyncio
+    import json
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from serve_fixture import stream_clip
+    from websockets.asyncio.client import connect
+
+    settings = {"block_ms": "chunk", "tail_padding_s": 0.66}  # file's, to compare with it
+
+    with serve() as running:
+
+        def publish(path: str) -> None:
+            async def run() -> None:
+                async with connect(running.url) as ws:
+                    await stream_clip(ws, path, room=ROOM, **settings)
+
+            asyncio.run(run())
+
+        clips = [clip(index) for index in range(4)]
+        expected = file_events(*clips)
+        finals = [r["text"] for path in clips for r in expected[path] if r["type"] == "final"]
+        assert all(finals) and len(finals) == 4, finals
+        proxy = _Proxy(running.port)
+        try:
+            publish(clips[0])
+            viewers.get(f"http://127.0.0.1:{proxy.port}/rooms/{ROOM}")
+            wait = WebDriverWait(viewers, WAIT_S)
+            wait.until(lambda d: shown(d) == finals[:1])
+            proxy.cut()  # the viewer's network drops out; the talk goes on
+            wait.until(lambda d: "cannot be reached" in d.find_element(By.ID, "status").text)
+            publish(clips[1])
+            publish(clips[2])
+            proxy.down = False  # back: the page reconnects with the last room_seq it saw
+            wait.until(lambda d: shown(d) == finals[:3])
+            publish(clips[3])
+            wait.until(lambda d: shown(d) == finals[1:4])
+            seen = viewers.execute_script(
+                "return [...document.querySelectorAll('#captions p')].map(p => p.className)"
+            )
+            assert seen == ["final old", "final old", "final"], json.dumps(seen)
+        finally:
+            proxy.close()
