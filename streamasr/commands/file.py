@@ -32,7 +32,13 @@ from streamasr.commands.common import (
 from streamasr.commands.cue_options import with_cue_options
 from streamasr.commands.inputs import check_inputs_exist, raw_input_format
 from streamasr.commands.options import ModelOptions, build, with_model_options
-from streamasr.commands.remote import ServerOpt, check_remote_options, file_over_server
+from streamasr.commands.remote import (
+    RoomOpt,
+    ServerOpt,
+    check_remote_options,
+    check_room,
+    file_over_server,
+)
 from streamasr.errors import InputError, UsageError
 from streamasr.file_stream import stream_file
 from streamasr.finishing import finished, load_finishing
@@ -64,6 +70,7 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = None,
         partials: PartialsOpt = "full",
         server: ServerOpt = None,
+        room: RoomOpt = None,
         ray: Annotated[
             str | None,
             typer.Option("--ray", metavar="[ADDRESS]", help="Decode the inputs on a Ray cluster, "
@@ -84,6 +91,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Stream audio files in fixed blocks: live partials, finals, first-token timing."""
         setup_logging(verbose)
+        with cli_errors():
+            check_room(room, server)
         if ray is not None:  # one task per input on a cluster: streamasr/cluster/
             from streamasr.commands.file_ray import file_on_ray
 
@@ -110,7 +119,7 @@ def register(app: typer.Typer) -> None:
         renderer = finished(renderer, finishing)
         if server is not None:  # the same output, decoded by `streamasr serve` at that URL
             file_over_server(server, paths, model_options, realtime, raw_format, renderer,
-                             finishing.active)
+                             finishing.active, room)
             return
         with cli_errors():
             recognizer, options = build(model_options, paced=realtime)

@@ -33,8 +33,10 @@ from streamasr.commands.options import (
 )
 from streamasr.commands.remote import (
     SEND_BLOCK_S,
+    RoomOpt,
     ServerOpt,
     check_remote_options,
+    check_room,
     remote_model,
 )
 from streamasr.driver import Session
@@ -193,6 +195,7 @@ def register(app: typer.Typer) -> None:
         cue_rules: CueRules,
         max_backlog: BacklogOpt = DEFAULT_MAX_BACKLOG_S,
         server: ServerOpt = None,
+        room: RoomOpt = None,
         fmt: FormatOpt = None,
         sentence_case: SentenceCaseOpt = False,
         punctuate: PunctuateOpt = None,
@@ -218,6 +221,7 @@ def register(app: typer.Typer) -> None:
                 check_number("--duration", duration, 0, 7 * 86400, "s", low_open=True)
                 check_number("--max-backlog", max_backlog, 0, 3600, "s", low_open=True)
                 check_number("--channel", channel, 1, 1024, "(1-based)")
+                check_room(room, server)
                 fmt_name = choose_format(fmt)
                 # the command line first (usage errors, CUDA), then the device, both said in a
                 # second, before the model loads
@@ -229,7 +233,7 @@ def register(app: typer.Typer) -> None:
                 finishing = load_finishing(punctuate, sentence_case)  # before the speech model
                 if server is not None:
                     recognizer, options = None, StreamOptions()
-                    open_session = remote_opener(server, model_options, finishing.active)
+                    open_session = remote_opener(server, model_options, finishing.active, room)
                     # the capture's blocks are the messages sent; the server cuts its own
                     block_s = (
                         model_options.block_ms / 1000 if model_options.block_ms else SEND_BLOCK_S
@@ -268,11 +272,11 @@ def register(app: typer.Typer) -> None:
 
 
 def remote_opener(
-    url: str, model_options: ModelOptions, finished_here: bool = False
+    url: str, model_options: ModelOptions, finished_here: bool = False, room: str | None = None
 ) -> SessionOpener:
     """Sessions on a `streamasr serve` at `url`, with the session settings `file --server`
     sends (so what is printed is what a local `mic` prints with the server's model)."""
-    model = remote_model(url, model_options, finished_here)
+    model = remote_model(url, model_options, finished_here, room)
     model.open()
 
     def open_session(rate: int, name: str, clock: CaptureClock) -> Session:

@@ -41,6 +41,15 @@ ServerOpt = Annotated[
         "loading a model here; the token, if any, from $STREAMASR_TOKEN.",
     ),
 ]
+RoomOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--room",
+        help="With --server: publish the captions to this room of the server too; viewers "
+        "read them at http(s)://HOST:PORT/rooms/NAME (publish token, if any, in "
+        "$STREAMASR_TOKEN).",
+    ),
+]
 
 #: The options that travel to the server as the session's own settings.
 SESSION_FIELDS = ("endpoint", "rule1_s", "rule2_s", "rule3_s", "block_ms", "tail_padding_s")
@@ -91,15 +100,29 @@ def session_settings(options: ModelOptions, finished_here: bool = False) -> dict
 
 
 def remote_model(
-    url: str, model_options: ModelOptions, finished_here: bool = False
+    url: str, model_options: ModelOptions, finished_here: bool = False, room: str | None = None
 ) -> RemoteModel:
     """A connection to the `streamasr serve` at `url` (the token from $STREAMASR_TOKEN) whose
-    sessions ask for the settings given here (session_settings)."""
+    sessions ask for the settings given here (session_settings), publishing to `room`."""
     from streamasr.server.client import connect
 
     model = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None)
     model.settings = session_settings(model_options, finished_here)
+    if room is not None:
+        model.settings["room"] = room
     return model
+
+
+def check_room(room: str | None, server: str | None) -> None:
+    """--room names a room on a server: it needs --server and a name a room may have."""
+    if room is None:
+        return
+    from streamasr.server.protocol import ROOM_NAME
+
+    if server is None:
+        raise UsageError("--room publishes to a server's room; give --server URL too")
+    if not ROOM_NAME.fullmatch(room):
+        raise UsageError(f"--room {room[:80]!r}: use 1 to 64 letters, digits, '-' or '_'")
 
 
 def file_over_server(
@@ -110,6 +133,7 @@ def file_over_server(
     raw_format: RawFormat | None,
     renderer: Renderer,
     finished_here: bool,
+    room: str | None = None,
 ) -> None:
     """The `file` command with --server: every input through the remote model, its events
     into `renderer` (the one `file` builds, behind its finishing chain). The one driver
@@ -118,7 +142,7 @@ def file_over_server(
     from streamasr.server.client import ServerError
 
     with cli_errors():
-        model = remote_model(url, model_options, finished_here)
+        model = remote_model(url, model_options, finished_here, room)
         model.open()  # a wrong URL, a refused token or a full server: said before any audio
     failed = 0
     with model:

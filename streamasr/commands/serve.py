@@ -28,6 +28,7 @@ from streamasr.server.reach import Exposure, bracketed, exposure_warning, openab
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
     from streamasr.server.limits import Security, ServerLimits
+    from streamasr.server.rooms import RoomOptions
 
 
 def check_server_packages() -> None:
@@ -98,6 +99,7 @@ def load_server(
     security: Security,
     per_message: bool,
     finishing: Finishing = NONE,
+    rooms: RoomOptions | None = None,
 ) -> StreamServer:
     """Load the model and put a server over it. Once it is loaded, the steps' freed blocks
     are reused instead of mapped anew each step (commands/memory.py)."""
@@ -107,8 +109,38 @@ def load_server(
     recognizer, options = build(model_options, paced=False)
     reuse_freed_blocks()
     return StreamServer(
-        recognizer, options, limits, security, per_message=per_message, finishing=finishing
+        recognizer, options, limits, security, per_message=per_message, finishing=finishing,
+        rooms=rooms
     )
+
+
+def room_options(
+    max_viewers: int,
+    room_history: int,
+    publish_token_file: str | None,
+    view_token_file: str | None,
+    workers: int,
+) -> RoomOptions | None:
+    """The rooms' settings, checked; None with --workers (a room lives in one process)."""
+    from streamasr.server.limits import load_token
+    from streamasr.server.rooms import RoomOptions
+
+    if not 1 <= max_viewers <= 100_000:
+        raise UsageError(f"--max-viewers {max_viewers}: use a whole number from 1 to 100000")
+    if not 1 <= room_history <= 100_000:
+        raise UsageError(f"--room-history {room_history}: use a whole number from 1 to 100000")
+    publish = load_token(publish_token_file, "--publish-token-file") if publish_token_file else None
+    view = load_token(view_token_file, "--view-token-file") if view_token_file else None
+    if workers > 1:
+        if publish is not None or view is not None:
+            raise UsageError(
+                "rooms need one server process: drop --workers, or drop the room token files"
+            )
+        return None
+    return RoomOptions(
+        max_viewers=max_viewers, history_finals=room_history, publish_token=publish,
+        view_token=view,
+    )  # fmt: skip
 
 
 def serve_workers(
@@ -230,6 +262,30 @@ def register(app: typer.Typer) -> None:
         keyfile: Annotated[
             str | None, typer.Option(help="TLS private key (PEM), if not in --certfile.")
         ] = None,
+        max_viewers: Annotated[
+            int, typer.Option(help="Viewers of one room at most (/rooms/NAME); more are refused.")
+        ] = 1000,
+        room_history: Annotated[
+            int,
+            typer.Option(
+                help="Finals a room keeps (at most 30 minutes' worth) for viewers who join "
+                "late or reconnect."
+            ),
+        ] = 1000,
+        publish_token_file: Annotated[
+            str | None,
+            typer.Option(
+                help="File whose first line is the token a session must send to publish to a "
+                "room (it is also let in on /ws); none: any session may publish."
+            ),
+        ] = None,
+        view_token_file: Annotated[
+            str | None,
+            typer.Option(
+                help="File whose first line is the token viewers must send (?token=); none: "
+                "viewing is open."
+            ),
+        ] = None,
         workers: Annotated[
             int,
             typer.Option(
@@ -288,6 +344,9 @@ def register(app: typer.Typer) -> None:
             security.ssl_context()  # a bad certificate is a usage error before the model loads
             if not 1 <= workers <= MAX_WORKERS:
                 raise UsageError(f"--workers {workers}: use 1 to {MAX_WORKERS}")
+            rooms = room_options(
+                max_viewers, room_history, publish_token_file, view_token_file, workers
+            )
             if model_options.vad_gate:
                 raise UsageError(
                     "--vad-gate ends and reopens a stream at each gap, which serve's batched "
@@ -314,7 +373,7 @@ def register(app: typer.Typer) -> None:
                     from streamasr.server.app import run_server
 
                     server = load_server(
-                        model_options, limits, security, per_message, finishing
+                        model_options, limits, security, per_message, finishing, rooms
                     )
                     stopped_by = run_server(server, host, port, ready)
                 else:

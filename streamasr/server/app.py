@@ -30,6 +30,9 @@ from streamasr.server import protocol
 from streamasr.server.connection import Connection, Stop
 from streamasr.server.limits import Security, ServerLimits
 from streamasr.server.metrics import Metrics
+from streamasr.server.room_feeds import PREFIX as ROOMS_PREFIX
+from streamasr.server.room_feeds import RoomFeeds
+from streamasr.server.rooms import RoomOptions, Rooms, token_matches
 from streamasr.server.scheduler import Scheduler
 from streamasr.stream import StreamOptions
 
@@ -63,10 +66,12 @@ class StreamServer:
         metrics: Metrics | None = None,
         per_message: bool = False,
         finishing: Finishing = NONE,
+        rooms: RoomOptions | None = None,
     ) -> None:
         """`per_message`: sessions that do not say their own feed block are fed each audio
         message as it comes (cut at `options.block_s`), not in fixed blocks; `finishing`:
-        the sessions' default punctuation or casing (each may ask otherwise)."""
+        the sessions' default punctuation or casing (each may ask otherwise). `rooms`: None,
+        a server without rooms (--workers: one room must live in one process)."""
         self.recognizer = recognizer
         self.options = options
         self.limits = limits
@@ -76,6 +81,8 @@ class StreamServer:
             recognizer, options, self.metrics, limits.max_batch, limits.max_wait_ms / 1000,
             per_message=per_message, finishing=finishing,
         )
+        self.rooms = Rooms(rooms, self.metrics.registry) if rooms is not None else None
+        self.room_feeds = RoomFeeds(self.rooms)
         self.connections: set[Connection] = set()
         self.stopping = False
         self.stop_signal: int | None = None
@@ -91,7 +98,7 @@ class StreamServer:
         if path == WS_PATH:
             if not upgrade:
                 return connection.respond(426, f"{WS_PATH} takes WebSocket connections\n")
-            if not self.security.allows(_token(request.headers, query)):
+            if not self._admits(_token(request.headers, query)):
                 self.metrics.refused.labels("auth").inc()
                 return connection.respond(
                     401,
@@ -114,6 +121,8 @@ class StreamServer:
             return _response(200, body, content_type)
         if path == "/favicon.ico":
             return _response(204, b"", "image/x-icon")
+        if path.startswith(ROOMS_PREFIX):
+            return self.room_feeds.http(connection, request, _token(request.headers, query))
         if path in STATIC:
             name, content_type = STATIC[path]
             folder = resources.files("streamasr.server").joinpath("static")
@@ -121,10 +130,24 @@ class StreamServer:
             return _response(200, data, content_type)
         return connection.respond(404, f"not found; WebSocket sessions are at {WS_PATH}\n")
 
+    def _admits(self, token: str | None) -> bool:
+        """/ws takes the server's token, or the rooms' publish token when one is set."""
+        if self.security.allows(token):
+            return True
+        publish = self.rooms.options.publish_token if self.rooms is not None else None
+        return publish is not None and token_matches(publish, token)
+
     # -- WebSocket --------------------------------------------------------------------------
 
     async def handle(self, ws: Any) -> None:
         """One WebSocket connection, from handshake to close."""
+        path, _, query = ws.request.path.partition("?")
+        if path.startswith(ROOMS_PREFIX):  # a room's viewer (server/room_feeds.py)
+            if self.stopping:
+                await ws.close(protocol.CLOSE_GOING_AWAY, "server shutting down")
+                return
+            await self.room_feeds.view(ws, _token(ws.request.headers, query))
+            return
         if self.stopping:
             self.metrics.refused.labels("shutting_down").inc()
             await ws.close(protocol.CLOSE_GOING_AWAY, "server shutting down")
@@ -169,6 +192,8 @@ class StreamServer:
         self._stop.set()
 
     def _close_sessions(self) -> None:
+        if self.rooms is not None:
+            self.rooms.close()
         for connection in list(self.connections):
             connection.request_stop(
                 Stop(protocol.CLOSE_GOING_AWAY, "server shutting down", "shutdown", flush=True)
@@ -218,6 +243,10 @@ class StreamServer:
                 on_ready([sock.getsockname()[:2] for sock in server.sockets])
                 await self._stop.wait()
                 self.stopping = True
+                if self.rooms is not None:  # viewers go once the publishers' finals are out
+                    self._rooms_closer = asyncio.ensure_future(
+                        self.rooms.close_when(lambda: not self.connections)
+                    )
                 log.info("stopping: no new connections; %d open", len(self.connections))
                 server.close(close_connections=False)
                 waiting = asyncio.ensure_future(server.wait_closed())

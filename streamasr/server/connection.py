@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamasr.server import protocol
 from streamasr.server.protocol import ProtocolError
+from streamasr.server.rooms import Publishing, presented_token
 from streamasr.server.scheduler import Utterance
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class Connection:
         self._deadline = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self.utterance: Utterance | None = None
+        self.publishing: Publishing | None = None  # from the first config naming a room
 
     def request_stop(self, stop: Stop) -> None:
         """Ask the handler to end (from elsewhere on the loop: shutdown, a full queue)."""
@@ -89,6 +91,8 @@ class Connection:
 
     def deliver(self, lines: list[str]) -> None:
         """Queue events to send; a client whose queue is full is closed."""
+        if self.publishing is not None:
+            self.publishing.deliver(lines)  # its room's viewers
         for line in lines:
             try:
                 self.outbox.put_nowait(line)
@@ -120,6 +124,8 @@ class Connection:
         except Stop as stop:
             await self._stop(stop)
         finally:
+            if self.publishing is not None:
+                self.publishing.end()
             if self.utterance is not None:
                 self.server.scheduler.discard(self.utterance)
             if self._timer is not None:
@@ -149,6 +155,7 @@ class Connection:
             config = protocol.parse_config(
                 message, server.options.endpoint, self.limits.max_queued_audio_s * 500
             )
+            self._publish(config)
             self.utterance = await server.scheduler.open(config, self.deliver, self.fail)
             while True:
                 message = await self._receive(self.limits.idle_timeout_s, "idle")
@@ -162,6 +169,16 @@ class Connection:
                     # back-pressure: stop reading (the client's sends block) until decoded
                     await self._wait(self.utterance.drained.wait())
             await self._finish_utterance()
+
+    def _publish(self, config: protocol.SessionConfig) -> None:
+        """A config that names a room, or any after one: publish there (server/rooms.py)."""
+        if self.publishing is None:
+            if config.room is None:
+                return
+            query = self.ws.request.path.partition("?")[2]
+            token = presented_token(self.ws.request.headers, query)
+            self.publishing = Publishing(self.server.rooms, token)
+        self.publishing.begin(config.room, config.partials)
 
     async def _finish_utterance(self) -> None:
         """End the open utterance's input; return once its final and summary are sent."""

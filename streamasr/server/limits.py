@@ -91,16 +91,16 @@ def check_limits(limits: ServerLimits) -> ServerLimits:
     return limits
 
 
-def load_token(token_file: str | None) -> str | None:
+def load_token(token_file: str | None, option: str = "--token-file") -> str | None:
     """The bearer token: --token-file's first line, else $STREAMASR_TOKEN, else none."""
     if token_file is not None:
         try:
             text = Path(token_file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--token-file {token_file}: cannot read it ({exc})") from None
+            raise UsageError(f"{option} {token_file}: cannot read it ({exc})") from None
         token = text.strip().splitlines()[0].strip() if text.strip() else ""
         if not token:
-            raise UsageError(f"--token-file {token_file} is empty; put the token on line 1")
+            raise UsageError(f"{option} {token_file} is empty; put the token on line 1")
         return token
     token = os.environ.get(TOKEN_ENV, "").strip()
     return token or None

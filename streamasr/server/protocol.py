@@ -6,7 +6,8 @@ A client, over one WebSocket connection:
    "channels": 1}` plus optional per-session settings (`source`, `realtime`, `endpoint`,
    `rule1_s`, `rule2_s`, `rule3_s`, `partials`, `block_ms`, `tail_padding_s`, and the
    finishing steps `punctuate` and `sentence_case`, true or false: without them, the
-   server's `serve --punctuate/--sentence-case`) within the server's limits;
+   server's `serve --punctuate/--sentence-case`) within the server's limits, and `room` to
+   publish its events to a room's viewers (server/rooms.py);
 2. sends binary frames of interleaved PCM in that format, of any size;
 3. sends the text message `{"type": "end"}` (or closes the connection);
 4. receives, as JSON text messages, exactly the objects `streamasr file --format jsonl`
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -38,6 +40,8 @@ FORMATS: dict[str, np.dtype] = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4
 MAX_CHANNELS = 8
 MAX_SOURCE_CHARS = 256
 MAX_CONFIG_BYTES = 4096
+#: A room's name: short, and safe in a URL path and a file name.
+ROOM_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 # WebSocket close codes (RFC 6455, section 7.4.1)
 CLOSE_NORMAL = 1000
@@ -54,6 +58,7 @@ CONFIG_KEYS = (
     "type", "sample_rate", "format", "channels", "source", "realtime",
     "endpoint", "rule1_s", "rule2_s", "rule3_s", "partials", "block_ms", "tail_padding_s",
     "punctuate", "sentence_case",
+    "room",
 )
 PARTIALS = ("full", "delta")
 #: A session's own feed block: "chunk" (one engine chunk) or milliseconds in this range.
@@ -101,6 +106,7 @@ class SessionConfig:
     tail_padding_s: float | None = None  # None: the server's tail padding
     punctuate: bool | None = None  # finals punctuated (the server's model); None: its default
     sentence_case: bool | None = None  # finals in sentence case; None: the server's default
+    room: str | None = None  # publish the events to this room's viewers
 
     @property
     def frame_bytes(self) -> int:
@@ -192,7 +198,20 @@ def parse_config(
     return SessionConfig(
         rate, fmt, channels, source, realtime, endpoint, partials, block_ms, tail,
         punctuate, sentence_case,
+        room_name(data.get("room")),
     )
+
+
+def room_name(value: Any) -> str | None:
+    """A config's room (None: none), or ProtocolError saying what a name may be."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not ROOM_NAME.fullmatch(value):
+        raise ProtocolError(
+            CLOSE_INVALID,
+            "config: room must be 1 to 64 letters, digits, '-' or '_'",
+        )
+    return value
 
 
 def _whole(data: dict[str, Any], key: str, default: int | None, low: int, high: int) -> int:

@@ -60,6 +60,13 @@ function showEvent(event) {
   }
 }
 
+// Broadcast mode: the page at /?room=NAME publishes its captions to room NAME too, whose
+// viewers read them at /rooms/NAME (the token, if any, must then be the publish token).
+function broadcastRoom() {
+  const room = new URLSearchParams(location.search).get("room");
+  return room ? { room } : {};
+}
+
 function openSocket() {
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(wsUrl());
@@ -67,6 +74,7 @@ function openSocket() {
     ws.onopen = () => {
       ws.send(JSON.stringify({
         sample_rate: RATE, format: "s16le", channels: 1, source: "browser", realtime: true,
+        ...broadcastRoom(),
       }));
       sending = true;
       resolve(ws);
