@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import inspect
 import logging
 import math
 import os
@@ -218,3 +219,18 @@ def cli_errors() -> Iterator[None]:
     except StreamAsrError as exc:
         report_error(exc)
         raise typer.Exit(exc.exit_code) from exc
+
+
+def spliced_parameters(
+    signature: inspect.Signature, placeholder: str, group: list[inspect.Parameter]
+) -> list[inspect.Parameter]:
+    """A command's parameters with its `placeholder` replaced by a group of options (the
+    model options, the cue options), all keyword-only: how an option group joins a command
+    that Typer reads from its signature."""
+    params: list[inspect.Parameter] = []
+    for param in signature.parameters.values():
+        if param.name == placeholder:
+            params.extend(group)
+        else:
+            params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+    return params

@@ -25,7 +25,7 @@ import typer
 from streamasr import captions
 from streamasr.backends.options import check_number
 from streamasr.captions import CueRules
-from streamasr.commands.common import cli_errors
+from streamasr.commands.common import cli_errors, spliced_parameters
 from streamasr.errors import UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -90,12 +90,7 @@ def with_cue_options() -> Callable[[F], F]:
             )
             for spec in _SPECS
         ]
-        params: list[inspect.Parameter] = []
-        for param in signature.parameters.values():
-            if param.name == _PARAM:
-                params.extend(group)
-            else:
-                params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+        params = spliced_parameters(signature, _PARAM, group)
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:

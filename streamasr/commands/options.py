@@ -46,6 +46,7 @@ from streamasr.commands.common import (
     check_stream_numbers,
     err_console,
     onset_options,
+    spliced_parameters,
 )
 from streamasr.endpointing import RULE_S_RANGE
 from streamasr.errors import UsageError
@@ -298,12 +299,7 @@ def with_model_options(
             engine_names[name] = declared.option.name
             group.append(_engine_parameter(name, declared, sweep))
         group.append(_generic_parameter())
-        params: list[inspect.Parameter] = []
-        for param in signature.parameters.values():
-            if param.name == _PARAM:
-                params.extend(group)
-            else:
-                params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+        params = spliced_parameters(signature, _PARAM, group)
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:
