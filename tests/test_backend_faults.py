@@ -47,6 +47,15 @@ def _strict_json(line: str) -> dict:
     return json.loads(line, parse_constant=refuse)
 
 
+def _run_faulty(wav: Path, entry: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(REPO)]))
+    return subprocess.run(
+        [sys.executable, "-m", "streamasr.cli", "file", str(wav),
+         "--backend", f"faulty_backend:{entry}", "--model", "energy-bursts", "-f", "jsonl"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("entry", "name", "says"),
     [
@@ -54,17 +63,13 @@ def _strict_json(line: str) -> dict:
         ("DECREASING_TIMES", "faulty-decreasing-times", "must not decrease"),
         ("BYTES_TOKEN", "faulty-bytes-token", "bytes, not str"),
         ("BYTES_TEXT", "faulty-bytes-text", "bytes, not str"),
+        ("NONE_HYPOTHESIS", "faulty-none-hypothesis", "NoneType from hypothesis()"),
     ],
 )
 def test_a_bad_value_from_a_backend_is_one_line_naming_it(
     burst_wav: Path, entry: str, name: str, says: str
 ) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(REPO)]))
-    done = subprocess.run(
-        [sys.executable, "-m", "streamasr.cli", "file", str(burst_wav),
-         "--backend", f"faulty_backend:{entry}", "--model", "energy-bursts", "-f", "jsonl"],
-        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = _run_faulty(burst_wav, entry)
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -72,6 +77,25 @@ def test_a_bad_value_from_a_backend_is_one_line_naming_it(
     records = [_strict_json(line) for line in done.stdout.splitlines()]
     # the good first partial got out before the bad one was refused
     assert [r["text"] for r in records if r["type"] == "partial"] == ["B1"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "name", "says"),
+    [
+        ("NAN_CHUNK", "faulty-nan-chunk", "chunk_s = nan"),
+        ("NAN_FRAME", "faulty-nan-frame", "output_frame_s = nan"),
+        ("ZERO_RATE", "faulty-zero-rate", "sample_rate_hz = 0"),
+    ],
+)
+def test_sizes_no_engine_can_have_are_refused_when_it_loads(
+    burst_wav: Path, entry: str, name: str, says: str
+) -> None:
+    done = _run_faulty(burst_wav, entry)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert name in lines[0] and says in lines[0]
+    assert done.stdout == ""
 
 
 def test_only_the_new_part_is_checked_but_order_across_it_is() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -306,9 +307,56 @@ def _guarded_entry(entry: BackendEntry) -> BackendEntry:
             raise PluginError(
                 f"backend {name!r} failed to load model {model!r}: {_said(exc)}"
             ) from None
-        return GuardedRecognizer(name, recognizer)
+        return GuardedRecognizer(name, recognizer, checked_info(name, recognizer))
 
     return dataclasses.replace(entry, recognises=recognises, load=load)
+
+
+_BUG = "this is a bug in the backend (report it to the backend's authors)"
+_MAX_RATE_HZ = 768_000  # the widest rate an audio input may have (audio/inputs.py)
+
+
+def checked_info(backend: str, recognizer: Recognizer) -> BackendInfo:
+    """The recognizer's BackendInfo, once, if its sizes are numbers the core can compute with
+    (a NaN chunk or a sample rate of 0 would fail deep inside the loop as a traceback)."""
+
+    def bad(what: str) -> PluginError:
+        return PluginError(f"backend {backend!r} reports {what}; {_BUG}")
+
+    def read(what: str, get: Callable[[], T]) -> T:
+        try:
+            return get()
+        except Exception as exc:
+            raise _failure(backend, what, exc) from None
+
+    info = read("info", lambda: recognizer.info)
+    if not isinstance(info, BackendInfo):
+        raise bad(f"info of type {type(info).__name__}, not a BackendInfo")
+    rate = info.sample_rate_hz
+    if isinstance(rate, bool) or not isinstance(rate, int) or not 0 < rate <= _MAX_RATE_HZ:
+        raise bad(f"sample_rate_hz = {rate!r} (must be a whole number of Hz, 1-{_MAX_RATE_HZ})")
+    sizes: dict[str, object] = {
+        "chunk_s": info.chunk_s,
+        "output_frame_s": info.output_frame_s,
+        "recognizer chunk_s": read("chunk_s", lambda: recognizer.chunk_s),
+    }
+    if info.first_step_s is not None:
+        sizes["first_step_s"] = info.first_step_s
+    for what, value in sizes.items():
+        if not _seconds(value) or value <= 0:  # type: ignore[operator]
+            raise bad(f"{what} = {value!r} (must be a finite number of seconds > 0)")
+    if not _seconds(info.lookahead_s) or info.lookahead_s < 0:
+        raise bad(f"lookahead_s = {info.lookahead_s!r} (must be a finite number of seconds >= 0)")
+    return info
+
+
+def _seconds(value: object) -> bool:
+    """A finite int or float that is not a bool."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+    )
 
 
 def _failure(backend: str, what: str, exc: Exception) -> PluginError:
@@ -352,6 +400,12 @@ class GuardedStream:
 
     def hypothesis(self) -> Hypothesis:
         hyp = self._call("hypothesis", self.inner.hypothesis, self._last)
+        if not isinstance(hyp, Hypothesis):
+            self.failed = True
+            raise PluginError(
+                f"backend {self.backend!r} returned {type(hyp).__name__} from hypothesis(), "
+                f"not a Hypothesis; the text recognised before it is kept; {_BUG}"
+            )
         self._last = hyp
         return hyp
 
@@ -368,15 +422,18 @@ class GuardedStream:
 
 
 class GuardedRecognizer:
-    """A plugin's recognizer, whose streams are `GuardedStream`s (everything else passes)."""
+    """A plugin's recognizer, whose streams are `GuardedStream`s; its info and chunk size are
+    the ones checked at load (`checked_info`), everything else passes."""
 
-    def __init__(self, backend: str, inner: Recognizer) -> None:
+    def __init__(self, backend: str, inner: Recognizer, info: BackendInfo) -> None:
         self.backend = backend
         self.inner = inner
+        self._info = info
+        self._chunk_s = float(inner.chunk_s)
 
     @property
     def info(self) -> BackendInfo:
-        return self.inner.info
+        return self._info
 
     @property
     def description(self) -> str:
@@ -384,7 +441,7 @@ class GuardedRecognizer:
 
     @property
     def chunk_s(self) -> float:
-        return self.inner.chunk_s
+        return self._chunk_s
 
     def create_stream(self) -> GuardedStream:
         try:
