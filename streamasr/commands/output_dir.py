@@ -20,6 +20,7 @@ from rich.console import Console
 from streamasr.audio import STDIN_NAME
 from streamasr.errors import OutputError, UsageError
 from streamasr.events import Event, StreamSummary
+from streamasr.printable import printable
 from streamasr.render import RENDERERS, Renderer, RenderTarget, summary_line
 
 # --format name -> file extension
@@ -154,4 +155,5 @@ class OutputDirRenderer:
             self._open = []
         if not self.quiet:
             line = summary_line(summary, self.realtime)
-            self.err.print(f"{line} -> {', '.join(written)}", highlight=False, markup=False)
+            shown = printable(f"{line} -> {', '.join(written)}")
+            self.err.print(shown, highlight=False, markup=False)
