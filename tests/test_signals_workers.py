@@ -303,6 +303,31 @@ def test_a_hung_engine_step_still_stops_on_a_signal_with_one_line(
     assert "4.32 s audio" in run.stderr  # the summary of what was decoded
 
 
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_step_hung_in_python_is_stopped_inside_it_and_not_called_again(
+    tmp_path: Path, signum: int, code: int
+) -> None:
+    """The handler runs inside a step that waits in Python; the flush then ends the open
+    utterance with the engine's last hypothesis instead of stepping the engine again (which
+    would wait in the same place until the flush limit ends the run without it)."""
+    clip = tone_clip(tmp_path / "bursts.wav", [0.5, 1.0, 3.4, 5.5], 9.0)
+    marker = tmp_path / "hung"
+    run = Run(["file", str(clip), "--backend", "hang_backend:BACKEND", "--model", "sleep",
+               "-f", "text"], env={"STREAMASR_TEST_HANG_MARKER": str(marker)})
+    wait_until(marker.exists, 120, "the engine step to hang", run)
+    time.sleep(0.2)  # inside the step
+    exit_code, took = run.stop(signum)
+    print(f"{signal.Signals(signum).name} to file with a step hung in Python: {took:.2f} s")
+    assert exit_code == code, run.stderr
+    # the final before the hang, and the open utterance's text (its token numbering starts
+    # again at B1) from the last hypothesis
+    assert run.stdout == "B1 B2\nB1\n"
+    assert took < STOP_LIMIT_S, run.stderr  # a hang guard: the flush limit is 10 s
+    assert "interrupted; flushed what was recognised" in run.stderr
+    assert "4.32 s audio" in run.stderr and "Traceback" not in run.stderr
+    assert not [line for line in run.err if line.startswith("error:")], run.stderr
+
+
 @pytest.mark.parametrize("fmt", [["--raw", "s16le", "--rate", "16000"], []])
 def test_a_pipe_that_sends_nothing_still_stops_on_sigterm(fmt: list[str]) -> None:
     """stdin open but silent (raw PCM, or a WAV whose header never comes): SIGTERM ends it."""
