@@ -206,3 +206,16 @@ def test_files_written_by_output_dir_hold_no_control_characters(
         text = path.read_text(encoding="utf-8")
         assert "forged" in text and not RAW_CONTROL.search(text), (path.name, text)
     assert not RAW_CONTROL.search(done.stderr), repr(done.stderr)
+
+
+def test_every_control_character_is_kept_from_people_and_kept_for_programs() -> None:
+    from streamasr.printable import json_escaped, printable
+
+    controls = "".join(map(chr, [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]))
+    text = f"a{controls}b \u00e9\u4e2d [x]"
+    shown = printable(text)
+    assert not RAW_CONTROL.search(shown.replace("\n", "")) and "\n" not in shown
+    assert shown.split() == ["a", "b", "\u00e9\u4e2d", "[x]"]  # spaces kept, the rest dropped
+    line = json_escaped(json.dumps({"text": text}, ensure_ascii=False))
+    assert not RAW_CONTROL.search(line) and json.loads(line) == {"text": text}
+    assert printable("plain words") == "plain words"
