@@ -125,3 +125,18 @@ def test_option_files_that_are_no_files_are_usage_errors(tmp_path: Path, kind: s
     token = make(tmp_path / "token", kind)
     served = cli(tmp_path, "serve", "--model", "tiny-en", "--port", "0", "--token-file", str(token))
     one_line(served, 2, "--token-file", SAYS[kind])
+
+
+@pytest.mark.parametrize(("kind", "says"), [
+    ("fifo", SAYS["fifo"]),
+    ("zero", SAYS["zero"]),
+    # a file of zeros reads as an empty tar; tried as xz's legacy format, it would be
+    # decompressed, all 3 GiB of it, before it was refused
+    ("huge", "it is not a readable tar archive (no files in it)"),
+])  # fmt: skip
+def test_a_nemo_file_that_is_no_archive_is_refused_at_once(
+    tmp_path: Path, kind: str, says: str
+) -> None:
+    model = make(tmp_path / "model.nemo", kind)
+    done = cli(tmp_path, "file", str(CLIP), "--model", str(model))
+    one_line(done, 1, str(model), says)
