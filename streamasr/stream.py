@@ -227,6 +227,12 @@ class StreamSession:
         hyp = self._last_hyp if self._engine_stopped else self._hypothesis()
         return [self._final(hyp)] if hyp.text else []
 
+    def abandoned(self) -> list[Event]:
+        """The run is ended while the engine hangs (interrupts.py, from the watcher thread):
+        the open utterance's final from the engine's last hypothesis, the engine not called."""
+        self._engine_stopped = True
+        return self.finish() if not self._finished else self.close()
+
     def engine_stopped(self) -> None:
         """A stop signal came inside a call into this session's engine stream (a batch step):
         it is not called again; the flush ends with the last hypothesis."""

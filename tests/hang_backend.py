@@ -9,6 +9,9 @@ names a file, the step writes it just before hanging, so a test knows when to se
 
 Loaded as `--backend hang_backend:BACKEND` with this folder on PYTHONPATH, model `hang`.
 
+Model `hang-at-end` hangs in C only in the steps after the end of the input: the steps that
+flush the open utterance after a stop signal.
+
 Model `sleep` hangs the same step in Python instead (a step waiting on something that never
 comes, in short sleeps, as a Python engine polling a queue or a socket would): the signal
 handler runs inside it, so the stop signal interrupts the step itself.
@@ -42,14 +45,17 @@ def hang_in_c() -> None:
 
 
 class HangStream(EnergyStream):
-    """Steps like the energy stream, then hangs once `hang_at_s` of audio are decoded."""
+    """Steps like the energy stream, then hangs once `hang_at_s` of audio are decoded (or,
+    `at_end`, at the first step after the input ended)."""
 
-    def __init__(self, hang_at_s: float) -> None:
+    def __init__(self, hang_at_s: float, at_end: bool = False) -> None:
         super().__init__()
         self._hang_at_s = hang_at_s
+        self._at_end = at_end
 
     def decode_step(self) -> bool:
-        if self.ready() and self._frames_done * FRAME_S >= self._hang_at_s:
+        due = self._finished if self._at_end else self._frames_done * FRAME_S >= self._hang_at_s
+        if self.ready() and due:
             marker = os.environ.get("STREAMASR_TEST_HANG_MARKER")
             if marker:
                 Path(marker).write_text(f"{os.getpid()}\n", encoding="utf-8")
@@ -96,11 +102,13 @@ class HangRecognizer(EnergyRecognizer):
         if self.model == "crash":
             return CrashStream(float(os.environ.get("STREAMASR_TEST_CRASH_AT_S", "4")))
         hang_at_s = float(os.environ.get("STREAMASR_TEST_HANG_AT_S", "4"))
-        return SleepStream(hang_at_s) if self.model == "sleep" else HangStream(hang_at_s)
+        if self.model == "sleep":
+            return SleepStream(hang_at_s)
+        return HangStream(hang_at_s, at_end=self.model == "hang-at-end")
 
 
 def _recognises(model: str | None) -> bool:
-    return model in (NAME, "crash", "sleep")
+    return model in (NAME, "crash", "sleep", "hang-at-end")
 
 
 def _load(model: str | None, options: EngineOptions) -> HangRecognizer:
