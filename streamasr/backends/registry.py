@@ -34,6 +34,7 @@ from streamasr.backends.base import (
     RecognizerStream,
 )
 from streamasr.errors import DependencyError, StreamAsrError, UsageError
+from streamasr.printable import printable
 
 if TYPE_CHECKING:
     from importlib import metadata
@@ -347,7 +348,17 @@ def checked_info(backend: str, recognizer: Recognizer) -> BackendInfo:
             raise bad(f"{what} = {value!r} (must be a finite number of seconds > 0)")
     if not _seconds(info.lookahead_s) or info.lookahead_s < 0:
         raise bad(f"lookahead_s = {info.lookahead_s!r} (must be a finite number of seconds >= 0)")
-    return info
+    names = {"backend": info.backend, "model_name": info.model_name, "language": info.language}
+    for what, value in names.items():
+        if not isinstance(value, str):
+            raise bad(f"{what} of type {type(value).__name__}, not str")
+    # shown in summaries, tables and logs: no control characters reach a terminal from them
+    return dataclasses.replace(
+        info,
+        backend=printable(info.backend),
+        model_name=printable(info.model_name),
+        language=printable(info.language),
+    )
 
 
 def _seconds(value: object) -> bool:
