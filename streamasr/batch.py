@@ -30,7 +30,12 @@ def step_all(
     streams = [session.stream for session in sessions]
     while True:
         started = clock()
-        stepped = recognizer.decode_batch(streams)
+        try:
+            stepped = recognizer.decode_batch(streams)
+        except KeyboardInterrupt:  # the engine is left mid-step: the flush must not call it
+            for session in sessions:
+                session.engine_stopped()
+            raise
         elapsed = clock() - started
         count = sum(stepped)
         if not count:

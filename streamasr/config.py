@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamasr.errors import UsageError
+from streamasr.whole_file import read_whole
 
 # key -> (type, environment variable or None, what it means)
 KEYS: dict[str, tuple[type, str | None, str]] = {
@@ -58,31 +59,17 @@ def _toml():
     return tomllib
 
 
-def _cannot_read(path: Path, exc: OSError) -> UsageError:
-    return UsageError(f"config {path}: cannot read it ({exc.strerror}); fix or remove it")
-
-
 def _read_file(path: Path) -> dict[str, object]:
     """The file's keys, checked; {} when there is no file."""
     tomllib = _toml()
 
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
+    if not os.path.exists(path):
         return {}
-    except OSError as exc:
-        raise _cannot_read(path, exc) from None
-    if size > MAX_CONFIG_BYTES:
-        raise UsageError(
-            f"config {path}: {size} bytes is not a settings file (at most "
-            f"{MAX_CONFIG_BYTES // 1024} KiB); fix or remove it"
-        )
+    data_bytes = read_whole(path, "config", MAX_CONFIG_BYTES, "fix or remove it", UsageError)
     try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+        data = tomllib.loads(data_bytes.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"config {path}: not valid TOML ({exc}); fix or remove it") from None
-    except OSError as exc:
-        raise _cannot_read(path, exc) from None
     for key, value in data.items():
         if key not in KEYS:
             raise UsageError(

@@ -25,6 +25,7 @@ import numpy as np
 from streamasr import interrupts
 from streamasr.audio import paced
 from streamasr.events import Event, StreamSummary
+from streamasr.stream import StreamSession
 
 #: A block filter: what to feed for one block from the source (an empty array feeds nothing).
 BlockFilter = Callable[[np.ndarray], np.ndarray]
@@ -49,6 +50,15 @@ class Sink(Protocol):
     def event(self, event: Event) -> None: ...
 
     def end(self, summary: StreamSummary) -> None: ...
+
+
+def _abandoned(session: Session, sink: Sink) -> None:
+    """The run is ended while the engine hangs: what a local session recognised in the open
+    utterance (a remote one's engine is the server's), then the summary."""
+    if isinstance(session, StreamSession):
+        for event in session.abandoned():
+            sink.event(event)
+    sink.end(session.summary())
 
 
 @dataclass(frozen=True)
@@ -135,7 +145,7 @@ def drive(
     events = stream_events(
         session, blocks, pacing=pacing, block_filter=block_filter, after_block=after_block
     )
-    with interrupts.on_abandon(lambda: sink.end(session.summary())):
+    with interrupts.on_abandon(lambda: _abandoned(session, sink)):
         try:
             for event in events:
                 sink.event(event)

@@ -12,6 +12,9 @@ the handler, a watcher thread learns of every stop signal at the C level (throug
   watcher runs the flushes registered with `on_abandon`, flushes stdout, has the caller say
   in one line what did not return (an engine step is named as such) and ends the process
   with 128 + N;
+- if the flush that follows steps the engine and that step has not returned within
+  `STUCK_GRACE_S` (the same call, seen by the watcher), the engine hung in the flush: the run
+  ends the same way, without waiting for the flush limit;
 - a second stop signal, or a flush still running `FLUSH_LIMIT_S` after the first, ends it
   the same way: the user insisted, or the flush itself hung.
 
@@ -43,6 +46,8 @@ STUCK_GRACE_S = 1.0
 FLUSH_LIMIT_S = 10.0
 #: The last writes of an abandoned run (stdout, the message) get this long.
 LAST_WRITES_S = 1.0
+#: How often the watcher looks at the flush for an engine step that does not return.
+ENGINE_POLL_S = 0.2
 
 # what an engine's step is called in the Recognizer protocol (streamasr/backends/base.py)
 _ENGINE_STEPS = ("decode_step", "decode_batch")
@@ -173,14 +178,18 @@ def _watch() -> None:
     seen = 0
     first_seen = 0.0
     first_signal = int(signal.SIGTERM)
+    step: object = None  # the engine step the flush was last seen in, and since when
+    step_since = 0.0
     while True:
         state = _state
         if state is not current:
-            current, seen = state, 0
+            current, seen, step = state, 0, None
         timeout = None
         if seen and not state.done.is_set():
             limit = FLUSH_LIMIT_S if state.handled.is_set() else STUCK_GRACE_S
             timeout = max(0.02, first_seen + limit - time.monotonic())
+            if state.handled.is_set():
+                timeout = min(timeout, ENGINE_POLL_S)
         ready, _, _ = select.select([_wakeup_read], [], [], timeout)
         if ready:
             data = os.read(_wakeup_read, 512)
@@ -197,10 +206,17 @@ def _watch() -> None:
         if not seen or state.done.is_set() or state is not _state:
             continue
         first = state.received[0] if state.received else first_signal
+        now = time.monotonic()
         if not state.handled.is_set():
             _abandon(state, first, None)
-        elif time.monotonic() - first_seen >= FLUSH_LIMIT_S:
+        elif now - first_seen >= FLUSH_LIMIT_S:
             _abandon(state, first, f"flushing took longer than {FLUSH_LIMIT_S:.0f} s")
+        else:
+            in_step = _engine_step_frame()
+            if in_step is None or in_step is not step:
+                step, step_since = in_step, now
+            elif now - step_since >= STUCK_GRACE_S:
+                _abandon(state, first, None)
 
 
 def _abandon(state: _State, signum: int, why: str | None) -> None:
@@ -217,7 +233,7 @@ def _abandon(state: _State, signum: int, why: str | None) -> None:
         message = f"{why} while {stuck} was running"
     message += "; stopped without waiting for it"
     if stuck == "the engine step":
-        message += " (the finals before it are flushed)"
+        message += " (what was recognised before it is flushed)"
 
     def last_writes() -> None:
         for flush in reversed(list(state.abandon_flushes)):  # inner blocks first
@@ -237,6 +253,16 @@ def _abandon(state: _State, signum: int, why: str | None) -> None:
     writer.start()
     writer.join(LAST_WRITES_S)  # stdout may be a pipe nobody reads
     os._exit(128 + signum)
+
+
+def _engine_step_frame() -> object:
+    """The frame of the engine step the main thread is in now, if it is in one."""
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    while frame is not None:
+        if frame.f_code.co_name in _ENGINE_STEPS:
+            return frame
+        frame = frame.f_back
+    return None
 
 
 def _stuck_where() -> str:

@@ -21,6 +21,7 @@ from streamasr.audio import STDIN_NAME
 from streamasr.captions import CueRules
 from streamasr.errors import OutputError, UsageError
 from streamasr.events import Event, StreamSummary
+from streamasr.printable import printable
 from streamasr.render import RENDERERS, Renderer, RenderTarget, SubtitleRenderer, summary_line
 
 # --format name -> file extension
@@ -158,6 +159,8 @@ class OutputDirRenderer:
             self._open = []
         if not self.quiet:
             line = summary_line(summary, self.realtime)
-            self.err.print(f"{line} -> {', '.join(written)}", highlight=False, markup=False)
+            shown = printable(f"{line} -> {', '.join(written)}")
+            self.err.print(shown, highlight=False, markup=False)
             for note in sorted(notes - {""}):
-                self.err.print(f"{summary.source}: {note}", highlight=False, markup=False)
+                shown = printable(f"{summary.source}: {note}")
+                self.err.print(shown, highlight=False, markup=False)

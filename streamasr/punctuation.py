@@ -20,6 +20,7 @@ from typing import Any
 from streamasr.distribution.cache import PUNCTUATION_FILES, PUNCTUATION_VOCAB
 from streamasr.errors import DependencyError, ModelError, UsageError
 from streamasr.extras import install_hint
+from streamasr.whole_file import MIB, check_file, read_whole
 
 log = logging.getLogger("streamasr")
 
@@ -28,6 +29,10 @@ REQUIRED_METADATA = {
     "COMMA": "1", "PERIOD": "2", "QUESTION": "3", "UPPER": "1", "CAP": "2", "MIX_CASE": "3",
 }
 ONNX_INT32 = 6
+#: sherpa-onnx reads the model and the vocabulary whole: the released model is about 28 MB
+#: (fp32) and its vocabulary a few hundred KB, so these leave room for larger variants
+MAX_MODEL_BYTES = 256 * MIB
+MAX_VOCAB_BYTES = 16 * MIB
 RELEASE_ALIAS = "punct-en"
 
 
@@ -71,7 +76,7 @@ def resolve(value: str) -> Path:
 def model_file(directory: Path) -> Path:
     """The model file of a punctuation folder; a one-line error naming what is missing."""
     for name in PUNCTUATION_FILES:
-        if (directory / name).is_file():
+        if (directory / name).exists():  # what it is, is checked by check_folder
             return directory / name
     raise ModelError(
         f"{directory} is not a punctuation model folder: no {' or '.join(PUNCTUATION_FILES)}; "
@@ -89,17 +94,19 @@ def check_folder(directory: Path) -> tuple[Path, Path]:
         f"pull it again (`streamasr models pull {RELEASE_ALIAS} --force`) or pass another "
         "folder to --punctuate"
     )
-    if not vocab.is_file():
+    if not vocab.exists():
         raise ModelError(f"{directory} has no {PUNCTUATION_VOCAB}; {again}")
     _check_vocab(vocab, again)
+    check_file(model, "punctuation model", MAX_MODEL_BYTES, again, ModelError)
     _check_model(model, again)
     return model, vocab
 
 
 def _check_vocab(vocab: Path, again: str) -> None:
+    data = read_whole(vocab, "punctuation vocabulary", MAX_VOCAB_BYTES, again, ModelError)
     try:
-        lines = vocab.read_text(encoding="utf-8").split("\n")
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as exc:
         raise ModelError(f"{vocab} cannot be read ({exc}); {again}") from exc
     if lines and lines[-1] == "":
         lines.pop()

@@ -1,7 +1,9 @@
 """Renderers: turn events into what a person or a program reads.
 
 Data (text, JSONL, SRT) goes to stdout; the live display, summaries and messages to stderr.
-Rich Live is used only when the output is a terminal.
+Rich Live is used only when the output is a terminal. What a person reads passes through
+`printable` (no control character from an engine or a file name reaches the terminal); JSONL
+keeps the text, escaped as JSON escapes it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from streamasr.captions import (
 from streamasr.errors import StreamAsrError
 from streamasr.events import Event, Final, FirstToken, Partial, StreamSummary
 from streamasr.level import LevelReading
+from streamasr.printable import json_escaped, printable
 from streamasr.render_bars import (  # noqa: F401 - the bars stay importable from here
     ProgressDisplay,
     meter_text,
@@ -66,7 +69,7 @@ def summary_line(summary: StreamSummary, realtime: bool) -> str:
     parts.append(f"{summary.revisions} partial revisions")
     if summary.skipped_s:
         parts.append(f"{summary.skipped_s:.2f} s of silence not decoded (--vad-gate)")
-    return f"{summary.source}: " + ", ".join(parts)
+    return printable(f"{summary.source}: " + ", ".join(parts))
 
 
 class LiveRenderer:
@@ -116,13 +119,14 @@ class LiveRenderer:
         if self._live is None:
             return
         if isinstance(event, Partial):
-            self._partial = Text(event.text, style="yellow")
+            self._partial = Text(printable(event.text), style="yellow")
             self._show()
         elif isinstance(event, Final):
             self._partial = Text("")
             self._show()
-            stamp = f"[dim]{event.start_s:7.2f}-{event.end_s:7.2f}[/dim]"
-            self._live.console.print(f"{stamp} {escape(event.text)}")
+            stamp = f"{event.start_s:7.2f}-{event.end_s:7.2f}"
+            line = Text.assemble((stamp, "dim"), " ", printable(event.text))
+            self._live.console.print(line)
         elif isinstance(event, FirstToken) and not self.quiet:
             self._live.console.print(
                 f"[dim]first token after {event.latency_s * 1000:.0f} ms of audio "
@@ -168,7 +172,7 @@ class TextRenderer:
 
     def event(self, event: Event) -> None:
         if isinstance(event, Final):
-            self.out.write(event.text + "\n")
+            self.out.write(printable(event.text) + "\n")
             self.out.flush()
 
     def end(self, summary: StreamSummary) -> None:
@@ -260,7 +264,7 @@ class JsonlRenderer:
                 f"refusing to write a {record.get('type')} record holding a number that is "
                 "not a finite number (NaN or infinity): JSON has no such numbers"
             ) from exc
-        self.out.write(line + "\n")
+        self.out.write(json_escaped(line) + "\n")
         self.out.flush()
 
 
@@ -293,7 +297,7 @@ class SubtitleRenderer:
         if self.vtt and self._inputs == 0:
             self.out.write("WEBVTT\n\n")
         if self.vtt and source:
-            self.out.write(f"NOTE {source.replace('-->', '->')}\n\n")
+            self.out.write(f"NOTE {_cue_text(source)}\n\n")
         self._inputs += 1
         self._index = 0
         self._last_end_s = 0.0
@@ -303,7 +307,8 @@ class SubtitleRenderer:
         if not isinstance(event, Final) or not event.text.strip():
             return
         separator = "." if self.vtt else ","
-        words = event.words or _even_words(event)
+        words = [replace(w, text=_cue_text(w.text)) for w in event.words or _even_words(event)]
+        words = [w for w in words if w.text]
         free_until_s = max(event.end_s, event.audio_s)
         cues = cues_of(words, self._last_end_s, self.rules, free_until_s)
         self.stats.count(cues, self.rules, len(words))
@@ -372,16 +377,22 @@ def _even_words(final: Final) -> tuple[Word, ...]:
     return even_words(split_words(final.text), final.start_s, final.end_s)
 
 
+def _cue_text(text: str) -> str:
+    """A word or note of a caption file: printable, on one line, never a cue's time arrow."""
+    return " ".join(printable(text).replace("-->", "->").split())
+
+
 def text_header(source: str) -> str:
     """The line that introduces one input's text when there are several."""
-    return f"==> {source} <==\n"
+    return f"==> {printable(source)} <==\n"
 
 
 def escape(text: str) -> str:
-    """Keep Rich from reading brackets in recognised text as markup."""
+    """Keep Rich from reading brackets in recognised text as markup, and the terminal from
+    acting on control characters in it (`printable`)."""
     from rich.markup import escape as rich_escape
 
-    return rich_escape(text)
+    return rich_escape(printable(text))
 
 
 @dataclass(frozen=True)

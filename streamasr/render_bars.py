@@ -15,6 +15,7 @@ from rich.text import Text
 
 from streamasr.events import Event, Final, Partial
 from streamasr.level import LevelReading
+from streamasr.printable import printable
 from streamasr.progress import ProgressReading, ProgressTracker
 
 METER_FLOOR_DBFS = -60.0
@@ -68,6 +69,7 @@ def progress_table(source: str, reading: ProgressReading, width: int) -> Table:
     The figures always show; on a narrow line the bar, then the name, give way first. The
     partial gets what is left, cut with an ellipsis, and is left out when under 8 cells.
     """
+    source = printable(source)
     if reading.duration_s is None:
         where = f"{reading.position_s:.1f} s"
     else:
@@ -97,7 +99,7 @@ def progress_table(source: str, reading: ProgressReading, width: int) -> Table:
     left = room - name_cells - bar_cells
     if left >= 8 and reading.partial:
         grid.add_column(width=left, no_wrap=True, overflow="ellipsis")
-        row.append(Text(reading.partial, style="yellow"))
+        row.append(Text(printable(reading.partial), style="yellow"))
     grid.add_row(*row)
     return grid
 

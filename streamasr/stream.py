@@ -104,6 +104,12 @@ class StreamSession:
         self._revisions = 0
         self._finished = False
         self._closed = False
+        # a stop signal came inside an engine call (an engine that runs Python between its
+        # C calls: the handler runs there): the engine is left mid-call, so the flush must
+        # not call it again (it would wait in the same place) and ends with the last
+        # hypothesis it returned
+        self._engine_stopped = False
+        self._last_hyp = Hypothesis(text="")
 
     @property
     def block_s(self) -> float:
@@ -145,7 +151,7 @@ class StreamSession:
             return []
         started = self.clock()
         events: list[Event] = []
-        if self._vad is not None and self._vad.gate is not None:
+        if self._vad is not None and self._vad.gate is not None and not self._engine_stopped:
             events = self._feed_gated(self._vad.finish())
         if self.end_input():
             events.extend(self._decode_ready())
@@ -180,6 +186,8 @@ class StreamSession:
         self._finished = True
         if self._samples_fed == 0 or (self._gap and self._stream_samples == 0):
             return False
+        if self._engine_stopped:
+            return True  # close() ends with the last hypothesis; the engine is not called
         pad = int(self.options.tail_padding_s * self.sample_rate)
         if pad > 0:
             self._to_engine(np.zeros(pad, dtype=np.float32))
@@ -216,8 +224,19 @@ class StreamSession:
         if self._closed or self._samples_fed == 0:
             return []
         self._closed = True
-        hyp = self._hypothesis()
+        hyp = self._last_hyp if self._engine_stopped else self._hypothesis()
         return [self._final(hyp)] if hyp.text else []
+
+    def abandoned(self) -> list[Event]:
+        """The run is ended while the engine hangs (interrupts.py, from the watcher thread):
+        the open utterance's final from the engine's last hypothesis, the engine not called."""
+        self._engine_stopped = True
+        return self.finish() if not self._finished else self.close()
+
+    def engine_stopped(self) -> None:
+        """A stop signal came inside a call into this session's engine stream (a batch step):
+        it is not called again; the flush ends with the last hypothesis."""
+        self._engine_stopped = True
 
     def add_compute(self, seconds: float) -> None:
         """Compute spent on this stream by a batch driver (its share of a batched step)."""
@@ -296,7 +315,11 @@ class StreamSession:
 
     def _hypothesis(self) -> Hypothesis:
         """The backend's hypothesis, checked where it is new (see check_hypothesis)."""
-        hyp = self.stream.hypothesis()
+        try:
+            hyp = self.stream.hypothesis()
+        except KeyboardInterrupt:
+            self._engine_stopped = True
+            raise
         check_hypothesis(hyp, self._backend)
         if self._stream_from_s:
             shift = self._stream_from_s  # a stream the gate opened after a gap
@@ -305,11 +328,18 @@ class StreamSession:
                 token_times_s=tuple(round(t + shift, 6) for t in hyp.token_times_s),
                 segment_start_s=hyp.segment_start_s + shift,
             )
+        self._last_hyp = hyp
         return hyp
 
     def _decode_ready(self) -> list[Event]:
         events: list[Event] = []
-        while self.stream.decode_step():
+        while not self._engine_stopped:
+            try:
+                if not self.stream.decode_step():
+                    break
+            except KeyboardInterrupt:
+                self._engine_stopped = True
+                raise
             events.extend(self.after_step())
         return events
 
@@ -374,6 +404,7 @@ class StreamSession:
         self._finals.append(final)
         self._segment += 1
         self._shown = ""
+        self._last_hyp = Hypothesis(text="")
         self._segment_has_token = False
         self._onsets.rearm(self.audio_s)
         self._onset_from_s = final.end_s

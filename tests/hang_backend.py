@@ -9,6 +9,13 @@ names a file, the step writes it just before hanging, so a test knows when to se
 
 Loaded as `--backend hang_backend:BACKEND` with this folder on PYTHONPATH, model `hang`.
 
+Model `hang-at-end` hangs in C only in the steps after the end of the input: the steps that
+flush the open utterance after a stop signal.
+
+Model `sleep` hangs the same step in Python instead (a step waiting on something that never
+comes, in short sleeps, as a Python engine polling a queue or a socket would): the signal
+handler runs inside it, so the stop signal interrupts the step itself.
+
 Model `crash` is the other way an engine goes: once a stream has decoded
 `STREAMASR_TEST_CRASH_AT_S` seconds, the process dies by SIGKILL, as on a segfault or the
 out-of-memory killer. Only utterances at least that long kill their worker.
@@ -19,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import time
 from pathlib import Path
 
 from energy_backend import FRAME_S, EnergyRecognizer, EnergyStream
@@ -37,7 +45,26 @@ def hang_in_c() -> None:
 
 
 class HangStream(EnergyStream):
-    """Steps like the energy stream, then hangs once `hang_at_s` of audio are decoded."""
+    """Steps like the energy stream, then hangs once `hang_at_s` of audio are decoded (or,
+    `at_end`, at the first step after the input ended)."""
+
+    def __init__(self, hang_at_s: float, at_end: bool = False) -> None:
+        super().__init__()
+        self._hang_at_s = hang_at_s
+        self._at_end = at_end
+
+    def decode_step(self) -> bool:
+        due = self._finished if self._at_end else self._frames_done * FRAME_S >= self._hang_at_s
+        if self.ready() and due:
+            marker = os.environ.get("STREAMASR_TEST_HANG_MARKER")
+            if marker:
+                Path(marker).write_text(f"{os.getpid()}\n", encoding="utf-8")
+            hang_in_c()
+        return super().decode_step()
+
+
+class SleepStream(EnergyStream):
+    """Steps like the energy stream, then waits in Python forever at `hang_at_s` of audio."""
 
     def __init__(self, hang_at_s: float) -> None:
         super().__init__()
@@ -48,7 +75,8 @@ class HangStream(EnergyStream):
             marker = os.environ.get("STREAMASR_TEST_HANG_MARKER")
             if marker:
                 Path(marker).write_text(f"{os.getpid()}\n", encoding="utf-8")
-            hang_in_c()
+            while True:
+                time.sleep(0.05)
         return super().decode_step()
 
 
@@ -66,22 +94,25 @@ class CrashStream(EnergyStream):
 
 
 class HangRecognizer(EnergyRecognizer):
-    def __init__(self, options: EngineOptions, crash: bool) -> None:
+    def __init__(self, options: EngineOptions, model: str | None) -> None:
         super().__init__(options)
-        self.crash = crash
+        self.model = model
 
     def create_stream(self) -> EnergyStream:
-        if self.crash:
+        if self.model == "crash":
             return CrashStream(float(os.environ.get("STREAMASR_TEST_CRASH_AT_S", "4")))
-        return HangStream(float(os.environ.get("STREAMASR_TEST_HANG_AT_S", "4")))
+        hang_at_s = float(os.environ.get("STREAMASR_TEST_HANG_AT_S", "4"))
+        if self.model == "sleep":
+            return SleepStream(hang_at_s)
+        return HangStream(hang_at_s, at_end=self.model == "hang-at-end")
 
 
 def _recognises(model: str | None) -> bool:
-    return model in (NAME, "crash")
+    return model in (NAME, "crash", "sleep", "hang-at-end")
 
 
 def _load(model: str | None, options: EngineOptions) -> HangRecognizer:
-    return HangRecognizer(options, crash=model == "crash")
+    return HangRecognizer(options, model)
 
 
 BACKEND = BackendEntry(

@@ -96,7 +96,7 @@ def test_the_configured_format_is_used_when_none_is_given(tmp_path: Path) -> Non
         ("model = 3\n", "model must be a non-empty string"),
         ('hints = "no"\n', "hints must be true or false"),
         ('format = "html"\n', "format 'html' from the config"),
-        ("x" * (70 << 10), "is not a settings file"),
+        ("x" * (70 << 10), "larger than such a file can be (at most 64 KiB)"),
         (b"\xff\xfe model", "not valid TOML"),
     ],
 )

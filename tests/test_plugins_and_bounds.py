@@ -337,7 +337,7 @@ BEAM = ("--decoding-method", "modified_beam_search")
 @pytest.mark.parametrize(
     ("content", "says"),
     [
-        ("A" * 2_000_000 + "\n", "larger than 1024 KiB"),
+        ("A" * 2_000_000 + "\n", "larger than such a file can be (at most 1 MiB)"),
         ("A" * 500_000 + "\n", f"line 1 has 500000 characters (at most {MAX_HOTWORD_CHARS})"),
         ("HELLO\nA" + " " * 500_000 + ":1\n", "line 2 has 500003 characters"),
         ("HELLO\n" * (MAX_HOTWORDS_BYTES // 6 + 1), "larger than"),

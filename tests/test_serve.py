@@ -196,6 +196,34 @@ def test_each_malformed_input_closes_only_its_connection(
     assert comparable(good) == comparable(reference[CLIPS[2]])
 
 
+def _too_big_count(server: ServerProcess) -> float:
+    metrics = http_get(server.http + "/metrics")[1]
+    line = 'streamasr_dropped_connections_total{reason="frame_too_big"} '
+    found = [x for x in metrics.splitlines() if x.startswith(line)]
+    return float(found[0].split()[-1]) if found else 0.0
+
+
+def test_an_oversized_message_the_server_refuses_is_counted(server: ServerProcess) -> None:
+    """The server closes with 1009 and counts it, whether or not the client answers."""
+    before = _too_big_count(server)
+    code, _ = _closed_with(_send_then_read(server.url, CONFIG, b"\x00" * 70000))
+    assert code == 1009
+    # a raw client that sends one oversized frame and never reads the close
+    key = "dGhlIHNhbXBsZSBub25jZQ=="
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as raw:
+        raw.sendall(f"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: "
+                    f"Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13"
+                    "\r\n\r\n".encode())  # fmt: skip
+        assert raw.recv(4096).startswith(b"HTTP/1.1 101")
+        mask = b"\x01\x02\x03\x04"
+        text = CONFIG.encode()
+        raw.sendall(bytes([0x81, 0x80 | len(text)]) + mask
+                    + bytes(b ^ mask[i % 4] for i, b in enumerate(text)))  # fmt: skip
+        size = 70000
+        raw.sendall(bytes([0x82, 0x80 | 127]) + size.to_bytes(8, "big") + mask + bytes(size))
+    assert wait_for(lambda: _too_big_count(server) == before + 2, 10), _too_big_count(server)
+
+
 def test_config_never_sent_and_handshake_never_completed(server: ServerProcess) -> None:
     async def silent() -> None:
         async with connect(server.url) as ws:

@@ -42,7 +42,9 @@ class Run:
     """A `streamasr` subprocess whose output lines are collected, with their times, as they
     come."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str] | None = None, stdin: int | None = None
+    ) -> None:
         full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(REPO)]))
         full_env.update(env or {})
         self.started = time.monotonic()
@@ -50,6 +52,7 @@ class Run:
             [sys.executable, "-m", "streamasr.cli", *args],
             cwd=REPO,
             env=full_env,
+            stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -301,6 +304,76 @@ def test_a_hung_engine_step_still_stops_on_a_signal_with_one_line(
     assert f"the engine step did not return within 1 s of {name}" in errors[0]
     assert "Traceback" not in run.stderr
     assert "4.32 s audio" in run.stderr  # the summary of what was decoded
+
+
+@pytest.mark.parametrize(
+    ("model", "signum", "code", "says"),
+    [
+        ("sleep", signal.SIGTERM, 143, "interrupted; flushed what was recognised"),
+        ("sleep", signal.SIGINT, 130, "interrupted; flushed what was recognised"),
+        ("hang", signal.SIGTERM, 143, "error: the engine step did not return within 1 s"),
+    ],
+)
+def test_a_hung_step_ends_the_run_with_the_open_utterance_flushed(
+    tmp_path: Path, model: str, signum: int, code: int, says: str
+) -> None:
+    """A step that waits in Python (`sleep`) is stopped inside by the handler and not called
+    again: the flush ends the open utterance with the engine's last hypothesis instead of
+    stepping the engine once more (which would wait in the same place until the 10 s flush
+    limit ended the run without it). A step stuck in C (`hang`) is abandoned after 1 s, with
+    the same text written."""
+    clip = tone_clip(tmp_path / "bursts.wav", [0.5, 1.0, 3.4, 5.5], 9.0)
+    marker = tmp_path / "hung"
+    run = Run(["file", str(clip), "--backend", "hang_backend:BACKEND", "--model", model,
+               "-f", "text"], env={"STREAMASR_TEST_HANG_MARKER": str(marker)})
+    wait_until(marker.exists, 120, "the engine step to hang", run)
+    time.sleep(0.2)  # inside the step
+    exit_code, took = run.stop(signum)
+    print(f"{signal.Signals(signum).name} to file, step hung ({model}): {took:.2f} s")
+    assert exit_code == code, run.stderr
+    # the final before the hang, and the open utterance's text (its token numbering starts
+    # again at B1) from the last hypothesis
+    assert run.stdout == "B1 B2\nB1\n"
+    assert took < STOP_LIMIT_S, run.stderr  # a hang guard: the flush limit is 10 s
+    assert says in run.stderr and "4.32 s audio" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+    assert len([line for line in run.err if line.startswith("error:")]) == (model == "hang")
+
+
+def test_an_engine_step_that_hangs_in_the_flush_after_a_signal_ends_within_a_second(
+    tmp_path: Path,
+) -> None:
+    """The signal comes while the run waits for input; the flush that follows steps the
+    engine (the tail of the open utterance), and that step hangs in C. The watcher sees the
+    same step still running a second later and ends the run, as for a step already hung when
+    the signal came, instead of waiting out the 10 s flush limit."""
+    clip = tone_clip(tmp_path / "bursts.wav", [0.5, 1.0, 2.6], 3.0)
+    pcm = (sf.read(clip, dtype="int16")[0]).tobytes()
+    read_end, write_end = os.pipe()
+    try:
+        run = Run(["file", "-", "--raw", "s16le", "--rate", "16000", "--backend",
+                   "hang_backend:BACKEND", "--model", "hang-at-end", "-f", "jsonl"],
+                  stdin=read_end)  # fmt: skip
+        os.write(write_end, pcm)  # 96 kB: fits the pipe; the writer stays open, sending nothing
+
+        def open_utterance_shown() -> bool:
+            return any('"partial"' in line and '"segment": 1' in line for line in run.out)
+
+        wait_until(open_utterance_shown, 120, "the partial of the second utterance", run)
+        exit_code, took = run.stop(signal.SIGTERM)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    print(f"SIGTERM, then the flush's engine step hangs: exit after {took:.2f} s")
+    assert exit_code == 143, run.stderr
+    errors = [line for line in run.err if line.startswith("error:")]
+    assert len(errors) == 1, run.stderr
+    assert "the engine step did not return within 1 s of SIGTERM" in errors[0]
+    records = [json.loads(line) for line in run.out]
+    # the first final, and the open utterance's from the engine's last hypothesis
+    assert [r["text"] for r in records if r["type"] == "final"] == ["B1 B2", "B1"]
+    assert records[-1]["type"] == "summary"
+    assert took < STOP_LIMIT_S, run.stderr  # a hang guard: the flush limit is 10 s
 
 
 @pytest.mark.parametrize("fmt", [["--raw", "s16le", "--rate", "16000"], []])

@@ -224,7 +224,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("engines", frozenset({"backends/"})),
     ("foundations", frozenset({
         "distribution/", "latency", "mask", "tokens", "prefix", "resample", "cuda", "audio/",
-        "config", "errors", "version", "extras",
+        "config", "errors", "version", "extras", "printable", "whole_file",
     })),
 )
 

@@ -16,26 +16,21 @@ the streaming loop has flushed what was recognised before it (see `GuardedRecogn
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from streamasr.backends.base import (
     BackendEntry,
-    BackendInfo,
     EngineOptions,
-    Hypothesis,
     Recognizer,
-    RecognizerStream,
 )
+from streamasr.backends.guarded import PluginError, guarded_entry, said
 from streamasr.distribution.hooks import InstallHooks
 from streamasr.distribution.local_models import FolderFacts
-from streamasr.errors import DependencyError, StreamAsrError, UsageError
+from streamasr.errors import DependencyError, UsageError
 
 if TYPE_CHECKING:
     from importlib import metadata
@@ -44,13 +39,12 @@ log = logging.getLogger("streamasr")
 
 ENTRY_POINT_GROUP = "streamasr.backends"
 BUILTIN_NAMES = ("nemo", "sherpa-onnx")
-_MESSAGE_CHARS = 300  # a plugin's own error text is cut here: the line stays one line
-
-T = TypeVar("T")
 
 
-class PluginError(StreamAsrError):
-    """A backend plugin cannot be loaded (import failed, wrong object) or failed to decode."""
+
+def _guarded(entry: BackendEntry) -> BackendEntry:
+    """A plugin's entry behind the guard (backends/guarded.py); built-in engines as they are."""
+    return entry if entry.name in BUILTIN_NAMES else guarded_entry(entry)
 
 
 def _builtin() -> list[BackendEntry]:
@@ -70,19 +64,10 @@ def _entry_points() -> list[metadata.EntryPoint]:
         points = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
     except Exception as exc:  # a package's unreadable entry_points.txt
         log.warning("backend plugins cannot be listed (%s); only built-in backends are used",
-                    _said(exc))
+                    said(exc))
         return []
     builtin = set(BUILTIN_NAMES)
     return [p for p in points if p.name not in builtin]
-
-
-def _said(exc: BaseException) -> str:
-    """An exception as one short line: its type and its first words."""
-    text = " ".join(str(exc).split())
-    if len(text) > _MESSAGE_CHARS:
-        text = text[: _MESSAGE_CHARS - 3] + "..."
-    kind = type(exc).__name__
-    return f"{kind}: {text}" if text else kind
 
 
 def _package(point: metadata.EntryPoint) -> str:
@@ -99,7 +84,7 @@ def _load_point(point: metadata.EntryPoint) -> BackendEntry:
     try:
         entry = point.load()
     except (Exception, SystemExit) as exc:
-        raise PluginError(f"{where} cannot be loaded: {_said(exc)}; {fix}") from None
+        raise PluginError(f"{where} cannot be loaded: {said(exc)}; {fix}") from None
     if not isinstance(entry, BackendEntry):
         raise PluginError(
             f"{where} is a {type(entry).__name__}, not a streamasr BackendEntry; {fix}"
@@ -111,7 +96,7 @@ def _plugin_named(name: str) -> BackendEntry | None:
     """The installed plugin whose entry point (or loaded entry) is called `name`, imported now."""
     for point in _entry_points():
         if point.name == name:
-            return _guarded_entry(_load_point(point))
+            return _guarded(_load_point(point))
     return None
 
 
@@ -121,7 +106,7 @@ def available() -> list[BackendEntry]:
     entries = _builtin()
     for point in _entry_points():
         try:
-            entries.append(_guarded_entry(_load_point(point)))
+            entries.append(_guarded(_load_point(point)))
         except PluginError as exc:
             log.warning("%s", exc)
     return entries
@@ -146,7 +131,7 @@ def find_backend(name: str) -> BackendEntry:
     if plugin is not None:
         return plugin
     if ":" in name:
-        return _guarded_entry(_import_entry(name))
+        return _guarded(_import_entry(name))
     raise UsageError(
         f"--backend {name!r} is not known; use one of: {', '.join(backend_names())} "
         "(or module:ATTRIBUTE naming a streamasr BackendEntry)"
@@ -164,7 +149,7 @@ def _import_entry(spec: str) -> BackendEntry:
         ) from exc
     except (Exception, SystemExit) as exc:
         raise PluginError(
-            f"--backend {spec}: importing {module_name} failed: {_said(exc)}; fix the module"
+            f"--backend {spec}: importing {module_name} failed: {said(exc)}; fix the module"
         ) from None
     entry = getattr(module, attribute, None)
     if not isinstance(entry, BackendEntry):
@@ -321,143 +306,3 @@ def refusal(entry: BackendEntry, name: str, known: Sequence[BackendEntry]) -> st
     article = "an" if entry.title[:1].lower() in "aeiou" else "a"
     lacking = f"this is {article} {entry.title} model with no {declared.label or name} setting"
     return f"{about}; {lacking}: the {entry.name} backend has none ({where})"
-
-
-# --- plugins fail alone ------------------------------------------------------------------
-
-
-def _guarded_entry(entry: BackendEntry) -> BackendEntry:
-    """A plugin's entry whose `recognises`, `load` and recognizer turn failures into
-    one-line PluginErrors naming the backend (built-in engines are trusted as they are)."""
-    if entry.name in BUILTIN_NAMES:
-        return entry
-    name = entry.name
-
-    def recognises(model: str | None) -> bool:
-        try:
-            return bool(entry.recognises(model))
-        except Exception as exc:
-            log.debug("backend %s could not tell whether it reads %s: %s", name, model, exc)
-            return False
-
-    def load(model: str | None, options: EngineOptions) -> Recognizer:
-        try:
-            recognizer = entry.load(model, options)
-        except StreamAsrError:
-            raise
-        except Exception as exc:
-            raise PluginError(
-                f"backend {name!r} failed to load model {model!r}: {_said(exc)}"
-            ) from None
-        return GuardedRecognizer(name, recognizer)
-
-    return dataclasses.replace(entry, recognises=recognises, load=load)
-
-
-def _failure(backend: str, what: str, exc: Exception) -> PluginError:
-    return PluginError(
-        f"backend {backend!r} failed in {what}: {_said(exc)}; the text recognised before "
-        "it is kept. Report it to the backend's authors"
-    )
-
-
-class GuardedStream:
-    """A plugin's stream: the first exception becomes a PluginError naming the backend.
-
-    After that the stream is spent: it takes no more audio, steps no more and keeps
-    answering its last good hypothesis, so the streaming loop's flush (Ctrl-C's path)
-    still emits what was recognised before the failure.
-    """
-
-    def __init__(self, backend: str, inner: RecognizerStream) -> None:
-        self.backend = backend
-        self.inner = inner
-        self.failed = False
-        self._last = Hypothesis(text="")
-
-    def _call(self, what: str, call: Callable[[], T], spent: T) -> T:
-        if self.failed:
-            return spent
-        try:
-            return call()
-        except StreamAsrError:
-            self.failed = True
-            raise
-        except Exception as exc:
-            self.failed = True
-            raise _failure(self.backend, what, exc) from None
-
-    def accept(self, sample_rate: int, samples: np.ndarray) -> None:
-        self._call("accept", lambda: self.inner.accept(sample_rate, samples), None)
-
-    def decode_step(self) -> bool:
-        return bool(self._call("decode_step", self.inner.decode_step, False))
-
-    def hypothesis(self) -> Hypothesis:
-        hyp = self._call("hypothesis", self.inner.hypothesis, self._last)
-        self._last = hyp
-        return hyp
-
-    def reset(self) -> None:
-        self._call("reset", self.inner.reset, None)
-        if not self.failed:
-            self._last = Hypothesis(text="")
-
-    def input_finished(self) -> None:
-        self._call("input_finished", self.inner.input_finished, None)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-class GuardedRecognizer:
-    """A plugin's recognizer, whose streams are `GuardedStream`s (everything else passes)."""
-
-    def __init__(self, backend: str, inner: Recognizer) -> None:
-        self.backend = backend
-        self.inner = inner
-
-    @property
-    def info(self) -> BackendInfo:
-        return self.inner.info
-
-    @property
-    def description(self) -> str:
-        return self.inner.description
-
-    @property
-    def chunk_s(self) -> float:
-        return self.inner.chunk_s
-
-    def create_stream(self) -> GuardedStream:
-        try:
-            stream = self.inner.create_stream()
-        except StreamAsrError:
-            raise
-        except Exception as exc:
-            raise _failure(self.backend, "create_stream", exc) from None
-        return GuardedStream(self.backend, stream)
-
-    def decode_batch(
-        self, streams: Sequence[RecognizerStream], *, checked: bool = False
-    ) -> list[bool]:
-        """The plugin's batch step; `checked` is not passed on (a plugin asks its own)."""
-        guarded = [s for s in streams if isinstance(s, GuardedStream)]
-        live = [s for s in guarded if not s.failed]
-        if len(guarded) != len(streams):  # not ours: pass them through unguarded
-            return self.inner.decode_batch(streams)
-        try:
-            stepped = list(self.inner.decode_batch([s.inner for s in live]))
-        except StreamAsrError:
-            for stream in live:
-                stream.failed = True
-            raise
-        except Exception as exc:
-            for stream in live:
-                stream.failed = True
-            raise _failure(self.backend, "decode_batch", exc) from None
-        done = iter(stepped)
-        return [False if s.failed else bool(next(done, False)) for s in guarded]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)

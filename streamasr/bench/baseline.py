@@ -18,6 +18,7 @@ from typing import Any
 
 from streamasr.bench.report import SCHEMA, streams_entries
 from streamasr.errors import InputError, UsageError
+from streamasr.whole_file import read_whole
 
 _METRIC_PATHS: dict[str, tuple[str, ...]] = {
     "error_rate": ("error_rate_pct",),
@@ -122,15 +123,21 @@ class Check:
         return -self.delta > allowed + 1e-9
 
 
+#: a results.json holds summaries per setting, not per utterance: kilobytes
+MAX_BASELINE_BYTES = 64 << 20
+
+
 def load_baseline(path: Path) -> dict[str, Any]:
     """An earlier results.json (a directory holding one is accepted too)."""
     if path.is_dir():
         path = path / "results.json"
+    if not path.exists():
+        raise InputError(f"--baseline {path}: no such file; pass an earlier results.json")
+    data = read_whole(path, "--baseline", MAX_BASELINE_BYTES, "pass an earlier results.json",
+                      InputError)  # fmt: skip
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"--baseline {path}: no such file; pass an earlier results.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"--baseline {path}: not a readable results.json ({exc})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise InputError(

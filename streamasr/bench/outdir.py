@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from streamasr.errors import StreamAsrError, UsageError
+from streamasr.printable import json_escaped
 
 RECORDS_NAME = "utterances.jsonl"
 PROBE_NAME = ".streamasr-write-probe"
@@ -91,7 +92,7 @@ class RecordLog:
         if self._handle is None:
             return
         try:
-            self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self._handle.write(json_escaped(json.dumps(record, ensure_ascii=False)) + "\n")
             self._handle.flush()
         except OSError as exc:
             raise ResultsFolderError(

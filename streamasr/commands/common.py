@@ -15,14 +15,22 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from streamasr.backends.base import DEFAULT_THREADS, THREADS_MAX, check_threads
 from streamasr.backends.options import check_number
 from streamasr.captions import CueRules
 from streamasr.errors import OutputError, ReaderGone, StreamAsrError, UsageError
 from streamasr.onset import OnsetOptions
-from streamasr.render import FORMATS, PARTIALS, RENDERERS, Renderer, RenderTarget, formats_help
+from streamasr.printable import printable
+from streamasr.render import (
+    FORMATS,
+    PARTIALS,
+    RENDERERS,
+    Renderer,
+    RenderTarget,
+    escape,
+    formats_help,
+)
 
 err_console = Console(stderr=True, soft_wrap=True)
 
@@ -167,12 +175,20 @@ class _CurrentStderrHandler(logging.StreamHandler):
         super().emit(record)
 
 
+class _PrintableFormatter(logging.Formatter):
+    """Log lines whose control characters (from file names, a plugin's errors) are not sent
+    to the terminal; a traceback (--verbose) keeps its lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "\n".join(printable(line) for line in super().format(record).split("\n"))
+
+
 def setup_logging(verbose: bool) -> None:
     """Library logs go to stderr; warnings always, details with --verbose."""
     logger = logging.getLogger("streamasr")
     if not any(isinstance(h, _CurrentStderrHandler) for h in logger.handlers):
         handler = _CurrentStderrHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+        handler.setFormatter(_PrintableFormatter("%(levelname)s: %(message)s"))
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
 

@@ -244,7 +244,7 @@ class Connection:
 
             if not isinstance(exc, ConnectionClosed):
                 raise
-            if self.ws.close_code == protocol.CLOSE_TOO_BIG:
+            if _refused_too_big(exc):
                 self.server.metrics.dropped.labels("frame_too_big").inc()
             raise Gone() from None
         finally:
@@ -291,3 +291,15 @@ def _kind(code: int) -> str:
         protocol.CLOSE_UNSUPPORTED: "unexpected_message",
         protocol.CLOSE_INVALID: "invalid_input",
     }.get(code, "protocol")
+
+
+def _refused_too_big(closed: Any) -> bool:
+    """The server closed the connection with 1009 itself: a message over --max-frame-bytes.
+
+    Read from the close frame the server sent (`sent`), not from the one received: on such
+    a message the server fails the connection at once and reads nothing more, so the
+    client's echo of 1009 is never seen. A close the client began (`rcvd_then_sent`) is the
+    client's own, echoed back, and is not counted."""
+    sent = getattr(closed, "sent", None)
+    code = getattr(sent, "code", None)
+    return code == protocol.CLOSE_TOO_BIG and not getattr(closed, "rcvd_then_sent", False)

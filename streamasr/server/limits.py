@@ -11,9 +11,9 @@ import math
 import os
 import ssl
 from dataclasses import dataclass
-from pathlib import Path
 
 from streamasr.errors import UsageError
+from streamasr.whole_file import read_whole
 
 TOKEN_ENV = "STREAMASR_TOKEN"
 
@@ -91,12 +91,17 @@ def check_limits(limits: ServerLimits) -> ServerLimits:
     return limits
 
 
+MAX_TOKEN_FILE_BYTES = 64 << 10  # a bearer token is tens of bytes
+
+
 def load_token(token_file: str | None, option: str = "--token-file") -> str | None:
     """The bearer token: --token-file's first line, else $STREAMASR_TOKEN, else none."""
     if token_file is not None:
+        data = read_whole(token_file, option, MAX_TOKEN_FILE_BYTES,
+                          "put the token on line 1 of a file", UsageError)  # fmt: skip
         try:
-            text = Path(token_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
             raise UsageError(f"{option} {token_file}: cannot read it ({exc})") from None
         token = text.strip().splitlines()[0].strip() if text.strip() else ""
         if not token:

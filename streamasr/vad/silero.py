@@ -29,19 +29,25 @@ import numpy as np
 from streamasr.errors import ModelError
 from streamasr.resample import StreamResampler
 from streamasr.vad.base import SpeechTrack, VadOptions
+from streamasr.whole_file import MIB, check_file, read_whole
 
 VAD_RATE_HZ = 16000
 WINDOW = 512  # new samples per window at 16 kHz (32 ms)
 BUNDLED_MODEL = Path(__file__).parent / "data" / "silero_vad.onnx"
 BUNDLED_SHA256 = "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49"
 EXPECTED_INPUTS = ("input", "state", "sr")
+#: Silero VAD v5 is 2.2 MB; no version comes near this
+MAX_MODEL_BYTES = 64 * MIB
+FIX = "pass --vad-model a Silero VAD .onnx file (v5 or later)"
 
 
 def model_path(options: VadOptions) -> Path:
-    """The model file to load, checked first: sherpa-onnx ends the process on some bad files."""
+    """The model file to load, checked first: sherpa-onnx ends the process on some bad files,
+    and reads the whole file (so a device, a FIFO or a huge file is refused before it)."""
     if options.model is None:
         path = BUNDLED_MODEL
-        data = _read(path, "reinstall streamasr")
+        data = read_whole(path, "the bundled VAD model", MAX_MODEL_BYTES, "reinstall streamasr",
+                          ModelError)  # fmt: skip
         if hashlib.sha256(data).hexdigest() != BUNDLED_SHA256:
             raise ModelError(
                 f"the bundled Silero VAD model {path} is damaged (sha256 differs); "
@@ -49,27 +55,16 @@ def model_path(options: VadOptions) -> Path:
             )
         return path
     path = Path(options.model).expanduser()
-    _read(path, "pass --vad-model a Silero VAD .onnx file (v5 or later)")
+    check_file(path, "VAD model", MAX_MODEL_BYTES, FIX, ModelError)
     _check_inputs(path)
     return path
-
-
-def _read(path: Path, fix: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except IsADirectoryError:
-        raise ModelError(f"VAD model {path} is a folder, not a file; {fix}") from None
-    except FileNotFoundError:
-        raise ModelError(f"VAD model {path} does not exist; {fix}") from None
-    except OSError as exc:
-        raise ModelError(f"VAD model {path} cannot be read ({exc.strerror}); {fix}") from None
 
 
 def _check_inputs(path: Path) -> None:
     """Refuse a file that is not ONNX, or an ONNX graph that is not Silero v5+."""
     from streamasr.backends.sherpa.onnx_meta import read_onnx_header
 
-    fix = "pass --vad-model a Silero VAD .onnx file (v5 or later)"
+    fix = FIX
     try:
         header = read_onnx_header(path)
     except ModelError:

@@ -114,14 +114,28 @@ def unpack_cap_bytes(path: Path) -> int:
     return max(UNPACK_FACTOR * path.stat().st_size, MIN_UNPACK_BYTES)
 
 
+def _open_nemo(path: Path) -> tarfile.TarFile:
+    """The archive as NeMo writes it, a plain tar or a gzip one (what NeMo itself reads).
+
+    Not "r:*": that also tries bz2 and xz, and xz's legacy format takes any bytes, so a
+    file of zeros would be decompressed, gigabytes of it, before it is refused."""
+    try:
+        return tarfile.open(path, "r:")
+    except tarfile.ReadError:
+        return tarfile.open(path, "r:gz")
+
+
 def unpack(path: Path, dest: Path) -> None:
     """Unpack the archive into the empty folder `dest` with the store's safe tar reader."""
     from streamasr.distribution.extract import safe_extract
 
     cap = unpack_cap_bytes(path)
     try:  # a first pass over the headers: readable at all, and within the cap
-        with tarfile.open(path, "r:*") as tar:
-            total = sum(member.size for member in tar if member.isfile())
+        with _open_nemo(path) as tar:
+            files = [member.size for member in tar if member.isfile()]
+        if not files:  # e.g. a file of zeros, which a tar reader takes as an empty archive
+            raise tarfile.ReadError("no files in it")
+        total = sum(files)
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0].rstrip(":")
         raise ModelError(

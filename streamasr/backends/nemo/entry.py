@@ -12,10 +12,13 @@ from typing import Any
 from streamasr.backends.base import BackendEntry, EngineOptions, Recognizer
 from streamasr.backends.nemo.options import LACKS, OPTIONS, NemoSettings
 from streamasr.errors import ModelError
+from streamasr.whole_file import check_file
 
 #: what `--gpu` / `--backend nemo` run without --model: NVIDIA's released hybrid model with
 #: four trained look-aheads, once pulled (`streamasr models pull nemo-fastconformer-multi`)
 DEFAULT_MODEL = "stt_en_fastconformer_hybrid_large_streaming_multi"
+#: the largest released FastConformer .nemo files are a few GB
+MAX_NEMO_BYTES = 16 << 30
 
 
 def resolve_model(model: str | None) -> Path:
@@ -36,8 +39,8 @@ def resolve_model(model: str | None) -> Path:
                 f"{path} holds {len(found)} .nemo files; give the one to use as --model"
             )
         return found[0]
-    if not path.is_file():
-        raise ModelError(f"NeMo model {model} does not exist; give a .nemo file or its folder")
+    # a device or a FIFO would be read as a tar stream without end
+    check_file(path, "NeMo model", MAX_NEMO_BYTES, "give a .nemo file or its folder", ModelError)
     return path
 
 

@@ -53,7 +53,7 @@ def check_engine_options(own: SherpaSettings, kind: str) -> None:
             )
         if kind != "transducer":
             raise UsageError("--hotwords needs a transducer model; this model is CTC")
-        if not Path(own.hotwords).is_file():
+        if not Path(own.hotwords).exists():  # what it is: hotwords.read_phrases
             raise UsageError(f"--hotwords file {own.hotwords} does not exist")
 
 

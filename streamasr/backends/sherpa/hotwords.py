@@ -29,6 +29,7 @@ from pathlib import Path
 
 from streamasr.errors import OutputError, UsageError
 from streamasr.tokens import WORD_BOUNDARY, Vocabulary, byte_value, is_cjk
+from streamasr.whole_file import read_whole
 
 # With the engine's default 4 active paths a word the model scores low never enters the
 # beam, so its bonus is never applied; hotwords widen the beam to at least this.
@@ -54,17 +55,12 @@ def read_phrases(path: Path) -> tuple[str, ...]:
 
 
 def _read_text(path: Path) -> str:
-    """The file as text, its size bounded."""
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_HOTWORDS_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"--hotwords file {path} cannot be read: {exc.strerror}") from exc
-    if len(data) > MAX_HOTWORDS_BYTES:
-        raise UsageError(
-            f"--hotwords file {path} is larger than {MAX_HOTWORDS_BYTES // 1024} KiB; list "
-            "the words and short phrases to boost, one per line (tens of thousands fit)"
-        )
+    """The file as text, its size bounded (a FIFO or a device is refused, not waited on)."""
+    data = read_whole(
+        path, "--hotwords file", MAX_HOTWORDS_BYTES,
+        "list the words and short phrases to boost, one per line (tens of thousands fit)",
+        UsageError,
+    )  # fmt: skip
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

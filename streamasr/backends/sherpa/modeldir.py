@@ -21,6 +21,7 @@ from streamasr.backends.sherpa.onnx_meta import (
 from streamasr.distribution import cache, catalog, manifest
 from streamasr.distribution.local_models import FolderFacts, bundled_models_dir, list_bundled
 from streamasr.errors import ModelError, ModelMismatchError, StreamAsrError
+from streamasr.whole_file import check_file, read_whole
 
 log = logging.getLogger("streamasr")
 
@@ -29,6 +30,13 @@ BUNDLED_DEFAULT_ORDER = ("tiny-en", "tiny-random-transducer")
 CHUNK_TAG = re.compile(r"chunk-(\d+)-left-(\d+)")
 #: A tokens.txt larger than this is not a vocabulary (the largest released ones are ~100 kB).
 MAX_TOKENS_BYTES = 16 << 20
+#: an ONNX file is one protobuf message, which cannot exceed 2 GiB (larger weights are kept
+#: as external data beside it)
+MAX_ONNX_BYTES = 2 << 30
+_REPULL = (
+    "a sherpa-onnx model folder holds regular .onnx files; re-pull a released model with "
+    "`streamasr models pull NAME --force`"
+)
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,7 @@ def resolve_model(
     """Turn `--model NAME|DIR` and `--chunk N` into the files of one export."""
     directory = _model_directory(model)
     tokens = directory / "tokens.txt"
-    if not tokens.is_file():
+    if not tokens.exists():  # what it is, and its size, check_tokens checks
         raise ModelError(
             f"model directory {directory} has no tokens.txt; a sherpa-onnx model directory "
             "needs tokens.txt beside its ONNX files"
@@ -73,6 +81,8 @@ def resolve_model(
     onnx_files = sorted(directory.glob("*.onnx"))
     if not onnx_files:
         raise ModelError(f"model directory {directory} has no .onnx files")
+    for path in onnx_files:  # each is read by sherpa-onnx whole, so refused here first
+        check_file(path, "model file", MAX_ONNX_BYTES, _REPULL, ModelError)
     encoders = [p for p in onnx_files if "encoder" in p.name]
     if encoders:
         candidates, kind = encoders, "transducer"
@@ -189,13 +199,7 @@ def check_tokens(files: ModelFiles) -> int:
         "use the tokens.txt that came with this model (re-pull a released model with "
         "`streamasr models pull NAME --force`)"
     )
-    size_bytes = path.stat().st_size
-    if size_bytes > MAX_TOKENS_BYTES:
-        raise ModelError(
-            f"{path} is {size_bytes} bytes, too large for a token list "
-            f"(limit {MAX_TOKENS_BYTES}); {fix}"
-        )
-    data = path.read_bytes()
+    data = read_whole(path, "token list", MAX_TOKENS_BYTES, fix, ModelError)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
