@@ -127,6 +127,28 @@ def test_ws_and_sse_viewers_get_what_file_prints_and_a_late_viewer_catches_up(
     assert text.strip() and http_get(transcript) == (200, text)
 
 
+def test_viewers_read_the_finishing_the_publishing_session_asked_for(
+    server: ServerProcess,
+) -> None:
+    """A session that asks for sentence case (its config key) publishes cased finals: the
+    room's viewers and its transcript read what `file --sentence-case` prints."""
+    path = clip(0)
+    cased = [r for r in file_events(path, options=("--sentence-case",))[path]
+             if r["type"] == "final"]  # fmt: skip
+
+    async def publish_cased() -> None:
+        headers = {"Authorization": f"Bearer {PUBLISH}"}
+        async with connect(server.url, additional_headers=headers) as ws:
+            await stream_clip(ws, path, room="cased", sentence_case=True, **FILE_SETTINGS)
+
+    asyncio.run(publish_cased())
+    late = asyncio.run(ws_view(feed(server, "cased"), lambda r: r["type"] == "status"))
+    assert cased and any(r["text"] != r["text"].upper() for r in cased)  # really cased
+    assert without_room(late.finals) == comparable(cased)
+    transcript = f"{server.http}/rooms/cased/transcript.txt?token={VIEW}"
+    assert http_get(transcript) == (200, "".join(r["text"] + "\n" for r in cased))
+
+
 def test_transcripts_use_file_cue_rules(server: ServerProcess) -> None:
     asyncio.run(publish_clip(server, "cues", clip(0)))
     for fmt in ("srt", "vtt"):
