@@ -19,6 +19,7 @@ from streamasr.server import protocol
 from streamasr.server.protocol import ProtocolError
 from streamasr.server.rooms import Publishing, presented_token
 from streamasr.server.scheduler import Utterance
+from streamasr.server.ws_adapter import jsonl_delivery
 
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
@@ -90,7 +91,8 @@ class Connection:
             self._interrupt()
 
     def deliver(self, lines: list[str]) -> None:
-        """Queue events to send; a client whose queue is full is closed."""
+        """Queue events to send (encoded by server/ws_adapter.py); a client whose queue is
+        full is closed."""
         if self.publishing is not None:
             self.publishing.deliver(lines)  # its room's viewers
         for line in lines:
@@ -156,7 +158,8 @@ class Connection:
                 message, server.options.endpoint, self.limits.max_queued_audio_s * 500
             )
             self._publish(config)
-            self.utterance = await server.scheduler.open(config, self.deliver, self.fail)
+            deliver = jsonl_delivery(config, self.deliver)
+            self.utterance = await server.scheduler.open(config, deliver, self.fail)
             while True:
                 message = await self._receive(self.limits.idle_timeout_s, "idle")
                 if isinstance(message, str):
