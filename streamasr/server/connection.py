@@ -1,10 +1,11 @@
 """One WebSocket client of `streamasr serve`: its config, its audio, its events.
 
 A `Connection` reads the config and the audio of utterance after utterance, hands the audio
-to the scheduler and sends the events the scheduler delivers (as event objects, encoded by the
-WebSocket adapter, server/ws_adapter.py) through a bounded queue, so a client that reads slowly only ever delays itself (and is closed once its queue is full).
-A message costs one plain `await` of the WebSocket: one timer per connection holds the
-handshake, idle and session limits, and a stop cancels the pending receive.
+to the scheduler and sends the events the scheduler delivers (event objects, encoded by the
+WebSocket adapter, server/ws_adapter.py) through a bounded queue, so a client that reads
+slowly only ever delays itself (and is closed once its queue is full). A message costs one
+plain `await` of the WebSocket: one timer per connection holds the handshake, idle and
+session limits, and a stop cancels the pending receive.
 """
 
 from __future__ import annotations
