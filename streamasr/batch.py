@@ -1,48 +1,112 @@
-"""Many streams, one engine: batched encoder steps in the core, through the protocol.
+"""Many streams, one engine: the one stepping core (batched encoder steps through the protocol).
 
 Each stream keeps its own StreamSession (onset, endpointing, events); only the encoder step
 is shared: the recognizer's `decode_batch` runs one step over every stream that has a chunk
 ready, and each stepped session turns that step into events exactly as it would alone. So a
 batch never changes a stream's events, unless the engine itself computes differently in a
 batch (int8 models with dynamic quantisation do; see docs/performance.md).
+
+A step is two halves, so that a caller may run them on different threads: `engine_step`
+(the engine call and its time: the only part that touches the engine) and `after_engine_step`
+(each stepped session's share of that time and its events). `step_all` runs both until no
+stream has a chunk ready (bench --streams, bench --capacity); `streamasr serve`'s scheduler
+runs one of each per round, the first on its engine thread (server/scheduler.py); a stream
+decoded alone (the driver: file, mic, sequential bench, the library) is stepped by
+`step_alone`, the same way through the stream's own `decode_step`. What each caller keeps is
+only its pacing: which sessions are fed what, and when.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
-from streamasr.backends.base import Recognizer
+from streamasr.backends.base import Recognizer, RecognizerStream
 from streamasr.events import Event
-from streamasr.stream import StreamSession
+
+
+class Stepped(Protocol):
+    """What the core steps: a StreamSession (its engine stream, what a step changed)."""
+
+    @property
+    def stream(self) -> RecognizerStream: ...
+
+    def after_step(self) -> list[Event]: ...
+
+    def add_compute(self, seconds: float) -> None: ...
+
+    def engine_stopped(self) -> None: ...
+
+    @property
+    def stopped(self) -> bool: ...
+
+
+def engine_step(
+    recognizer: Recognizer,
+    streams: Sequence[RecognizerStream],
+    clock: Callable[[], float],
+    checked: bool = False,
+) -> tuple[list[bool], float]:
+    """One batched engine step: which streams stepped, and its time in seconds (by `clock`).
+
+    `checked`: each stream was just seen ready and fed nothing since (decode_batch says why).
+    """
+    started = clock()
+    stepped = recognizer.decode_batch(streams, checked=checked)
+    return stepped, clock() - started
+
+
+def after_engine_step(
+    sessions: Sequence[Stepped | None],
+    stepped: Sequence[bool],
+    elapsed_s: float,
+) -> list[list[Event]]:
+    """What one engine step changed, per session in order: the step's time is shared out
+    equally among the streams it stepped and added to their compute time, and each stepped
+    session's events are made. A None session (one gone meanwhile) is passed over."""
+    share = elapsed_s / max(1, sum(stepped))
+    events: list[list[Event]] = []
+    for session, did_step in zip(sessions, stepped, strict=True):
+        if session is None or not did_step:
+            events.append([])
+            continue
+        session.add_compute(share)
+        events.append(session.after_step())
+    return events
+
+
+def step_alone(session: Stepped) -> list[Event]:
+    """One stream by itself (the driver's way: `StreamSession.feed`): its own `decode_step`
+    until it has no chunk ready, each step's events made as in a batch. A stop signal
+    inside the engine call leaves the engine mid-step: it is not called again."""
+    events: list[Event] = []
+    while not session.stopped:
+        try:
+            if not session.stream.decode_step():
+                break
+        except KeyboardInterrupt:
+            session.engine_stopped()
+            raise
+        events.extend(session.after_step())
+    return events
 
 
 def step_all(
     recognizer: Recognizer,
-    sessions: Sequence[StreamSession],
+    sessions: Sequence[Stepped],
     clock: Callable[[], float],
 ) -> list[list[Event]]:
-    """Step every session until none has a chunk ready; events per session, in order.
-
-    The time of each batched step is shared out equally among the streams it stepped and
-    added to their compute time.
-    """
+    """Step every session until none has a chunk ready; events per session, in order."""
     events: list[list[Event]] = [[] for _ in sessions]
     streams = [session.stream for session in sessions]
     while True:
-        started = clock()
         try:
-            stepped = recognizer.decode_batch(streams)
+            stepped, elapsed = engine_step(recognizer, streams, clock)
         except KeyboardInterrupt:  # the engine is left mid-step: the flush must not call it
             for session in sessions:
                 session.engine_stopped()
             raise
-        elapsed = clock() - started
-        count = sum(stepped)
-        if not count:
+        if not any(stepped):
             return events
-        share = elapsed / count
-        for index, did_step in enumerate(stepped):
-            if did_step:
-                session = sessions[index]
-                session.add_compute(share)
-                events[index].extend(session.after_step())
+        for mine, new in zip(events, after_engine_step(sessions, stepped, elapsed), strict=True):
+            mine.extend(new)

@@ -210,9 +210,9 @@ class JsonlRenderer:
 
     def event(self, event: Event) -> None:
         if self.partials == "delta" and isinstance(event, Partial):
-            self._write({**self._stamp, "source": self._source, **self._delta(event)})
+            self.write_record({**self._stamp, "source": self._source, **self._delta(event)})
             return
-        self._write({**self._stamp, "source": self._source, **event.to_dict()})
+        self.write_record({**self._stamp, "source": self._source, **event.to_dict()})
 
     def _delta(self, event: Partial) -> dict[str, object]:
         previous = self._previous
@@ -239,7 +239,7 @@ class JsonlRenderer:
         )
 
     def end(self, summary: StreamSummary) -> None:
-        self._write(
+        self.write_record(
             {
                 **self._stamp,
                 "type": "summary",
@@ -256,16 +256,22 @@ class JsonlRenderer:
             }
         )
 
-    def _write(self, record: dict[str, object]) -> None:
-        try:
-            line = json.dumps(record, ensure_ascii=False, allow_nan=False)
-        except ValueError as exc:  # NaN or infinity: not JSON, and a reader would choke
-            raise StreamAsrError(
-                f"refusing to write a {record.get('type')} record holding a number that is "
-                "not a finite number (NaN or infinity): JSON has no such numbers"
-            ) from exc
-        self.out.write(json_escaped(line) + "\n")
+    def write_record(self, record: dict[str, object]) -> None:
+        """Write one record as its line (a transport may keep the record instead)."""
+        self.out.write(jsonl_line(record) + "\n")
         self.out.flush()
+
+
+def jsonl_line(record: dict[str, object]) -> str:
+    """One record as one JSON line (without its newline), text escaped as JSONL keeps it."""
+    try:
+        line = json.dumps(record, ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:  # NaN or infinity: not JSON, and a reader would choke
+        raise StreamAsrError(
+            f"refusing to write a {record.get('type')} record holding a number that is "
+            "not a finite number (NaN or infinity): JSON has no such numbers"
+        ) from exc
+    return json_escaped(line)
 
 
 class SubtitleRenderer:

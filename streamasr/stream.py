@@ -16,6 +16,7 @@ from typing import TypeVar
 import numpy as np
 
 from streamasr.backends.base import EndpointOptions, Hypothesis, Recognizer, RecognizerStream
+from streamasr.batch import step_alone
 from streamasr.endpointing import Endpointer
 from streamasr.errors import BackendError
 from streamasr.events import Endpoint, Event, Final, FirstToken, Partial, StreamSummary
@@ -53,7 +54,7 @@ class StreamSession:
     segmentation and the text do not depend on the feed block size. Audio is resampled here
     for a backend that wants one rate and does not convert itself.
 
-    `feed`/`finish` decode as they go. A batch driver (streamasr/batch.py) instead calls
+    `feed`/`finish` decode as they go (batch.step_alone). A batch driver (batch.py) instead calls
     `accept`/`end_input`, steps many streams at once with the recognizer's `decode_batch`,
     hands each stepped session to `after_step`, and ends with `close`: the same events.
     """
@@ -238,6 +239,11 @@ class StreamSession:
         it is not called again; the flush ends with the last hypothesis."""
         self._engine_stopped = True
 
+    @property
+    def stopped(self) -> bool:
+        """Whether a stop signal came inside an engine call (it is not called again)."""
+        return self._engine_stopped
+
     def add_compute(self, seconds: float) -> None:
         """Compute spent on this stream by a batch driver (its share of a batched step)."""
         self._compute_s += seconds
@@ -332,16 +338,7 @@ class StreamSession:
         return hyp
 
     def _decode_ready(self) -> list[Event]:
-        events: list[Event] = []
-        while not self._engine_stopped:
-            try:
-                if not self.stream.decode_step():
-                    break
-            except KeyboardInterrupt:
-                self._engine_stopped = True
-                raise
-            events.extend(self.after_step())
-        return events
+        return step_alone(self)
 
     def _partial(self, hyp: Hypothesis) -> list[Event]:
         events: list[Event] = []

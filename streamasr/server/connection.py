@@ -1,24 +1,28 @@
 """One WebSocket client of `streamasr serve`: its config, its audio, its events.
 
 A `Connection` reads the config and the audio of utterance after utterance, hands the audio
-to the scheduler and sends the events the scheduler delivers through a bounded queue, so a
-client that reads slowly only ever delays itself (and is closed once its queue is full).
-A message costs one plain `await` of the WebSocket: one timer per connection holds the
-handshake, idle and session limits, and a stop cancels the pending receive.
+to the scheduler and sends the events the scheduler delivers (event objects, encoded by the
+WebSocket adapter, server/ws_adapter.py) through a bounded queue, so a client that reads
+slowly only ever delays itself (and is closed once its queue is full). A message costs one
+plain `await` of the WebSocket: one timer per connection holds the handshake, idle and
+session limits, and a stop cancels the pending receive.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from streamasr.render import jsonl_line
 from streamasr.server import protocol
 from streamasr.server.protocol import ProtocolError
 from streamasr.server.rooms import Publishing, presented_token
-from streamasr.server.scheduler import Utterance
+from streamasr.server.scheduler import Delivered, Utterance
+from streamasr.server.ws_adapter import WireEncoder
 
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
@@ -89,10 +93,17 @@ class Connection:
         else:
             self._interrupt()
 
-    def deliver(self, lines: list[str]) -> None:
-        """Queue events to send; a client whose queue is full is closed."""
+    def deliver_events(self, encoder: WireEncoder, items: list[Delivered]) -> None:
+        """What the scheduler delivers for the open utterance: its records (`encoder`, the
+        WebSocket adapter) go to its room's viewers, their lines to this client."""
+        records = encoder.records(items)
+        lines = [jsonl_line(record) for record in records]
         if self.publishing is not None:
-            self.publishing.deliver(lines)  # its room's viewers
+            self.publishing.deliver(records)
+        self.deliver(lines)
+
+    def deliver(self, lines: list[str]) -> None:
+        """Queue lines to send; a client whose queue is full is closed."""
         for line in lines:
             try:
                 self.outbox.put_nowait(line)
@@ -156,7 +167,8 @@ class Connection:
                 message, server.options.endpoint, self.limits.max_queued_audio_s * 500
             )
             self._publish(config)
-            self.utterance = await server.scheduler.open(config, self.deliver, self.fail)
+            deliver = functools.partial(self.deliver_events, WireEncoder(config))
+            self.utterance = await server.scheduler.open(config, deliver, self.fail)
             while True:
                 message = await self._receive(self.limits.idle_timeout_s, "idle")
                 if isinstance(message, str):

@@ -120,16 +120,25 @@ class Room:
         self._base_s = self._end_s
 
     def publish(self, lines: list[str]) -> None:
-        """Number the partials and finals among `lines` and write them to every viewer."""
+        """`publish_records` for JSON lines (those that are not JSON objects are skipped)."""
+        records = []
         for line in lines:
             try:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if not isinstance(record, dict) or record.get("type") not in FANNED_OUT:
+            if isinstance(record, dict):
+                records.append(record)
+        self.publish_records(records)
+
+    def publish_records(self, records: list[dict[str, Any]]) -> None:
+        """Number the partials and finals among the publisher's records (as the WebSocket
+        adapter makes them, server/ws_adapter.py) and write them to every viewer."""
+        for event in records:
+            if event.get("type") not in FANNED_OUT:
                 continue
             self.seq += 1
-            record["room_seq"] = self.seq
+            record = {**event, "room_seq": self.seq}
             text = json.dumps(record, ensure_ascii=False)
             if record["type"] == "final":
                 now = time.monotonic()
@@ -349,9 +358,9 @@ class Publishing:
             self.room = self.rooms.claim(name, self, self.token)
             self.room.begin_utterance()
 
-    def deliver(self, lines: list[str]) -> None:
+    def deliver(self, records: list[dict[str, Any]]) -> None:
         if self.room is not None:
-            self.room.publish(lines)
+            self.room.publish_records(records)
 
     def end(self) -> None:
         """The connection closes (or moves to another room)."""

@@ -11,7 +11,7 @@ input jumping the queue starved the others once the server fell behind; a round 
 ended input waits for no batch to fill, others up to `max_wait_ms`), runs one batched
 engine step over them, and puts them back at the end of the queue. Only that engine call
 runs on the single worker thread; the sessions' Python (feeding blocks, hypotheses,
-endpoints, events, JSON) runs on the event loop. So the event loop never waits on the
+endpoints, events, their encoding) runs on the event loop. So the event loop never waits on the
 engine, the worker never waits for the event loop's Python (the engine lets go of the GIL),
 a stream is never touched from two threads at once (nothing feeds an utterance while its
 step runs), a round is one engine step long whatever any utterance's backlog (a new or a
@@ -27,16 +27,16 @@ block is fed (the tail padding after the last one, once the input ended) only wh
 more is ready: `streamasr file`'s order, so its events. With 100 ms messages and a 320 ms
 chunk that is one round per engine step, not one per message.
 
-Events leave as the JSON lines of `streamasr file --format jsonl` (render.JsonlRenderer),
-handed to the connection's `deliver` callback on the event loop.
+Events leave as event objects (streamasr/events.py; the summary last), finished (punctuation,
+casing) and handed to the utterance's `deliver` callback on the event loop; the transport
+encodes them (server/ws_adapter.py: the JSON lines of `streamasr file --format jsonl`).
 
 Why not the one driver (driver.py): `drive` owns its loop and pulls one source's blocks, one
 session at a time, so every step would be one stream's. Here audio is pushed by the
 connections and the steps are shared: a batch of sessions advances together through one
-`decode_batch`. So the scheduler uses the driver's pieces, not its loop: the session's
-`accept`/`end_input`/`after_step`/`close` (batch.step_all's loop, one step per round, the
-engine call on the worker thread), which turn each step into the events `drive` would have
-given, and the JSONL renderer as the sink.
+`decode_batch`. So the scheduler uses the stepping core (batch.py), one step per round: the
+engine call (`engine_step`) on the worker thread, what it changed (`after_engine_step`) on
+the event loop; what it keeps is its pacing (which sessions a round takes, and when).
 """
 
 from __future__ import annotations
@@ -53,31 +53,38 @@ from typing import Any
 import numpy as np
 
 from streamasr.backends.base import Recognizer
-from streamasr.events import WIRE_VERSION, Event, FirstToken
+from streamasr.batch import after_engine_step, engine_step
+from streamasr.events import Event, FirstToken, StreamSummary
 from streamasr.finishing import NONE, Finishing, finished
-from streamasr.render import JsonlRenderer, Renderer
+from streamasr.render import Renderer
 from streamasr.server.metrics import Metrics
 from streamasr.server.protocol import CLOSE_INVALID, MESSAGE, ProtocolError, SessionConfig
 from streamasr.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
 
-class _Lines:
-    """A text sink for JsonlRenderer: keeps each JSON line (without its newline)."""
+#: What the scheduler delivers: an utterance's events, and its summary once it is closed.
+Delivered = Event | StreamSummary
+
+
+class _Outbox:
+    """A renderer (behind the finishing steps) that keeps what is to be delivered."""
 
     def __init__(self) -> None:
-        self.lines: list[str] = []
+        self.items: list[Delivered] = []
 
-    def write(self, text: str) -> int:
-        self.lines.extend(line for line in text.split("\n") if line)
-        return len(text)
-
-    def flush(self) -> None:
+    def begin(self, source: str) -> None:
         pass
 
-    def take(self) -> list[str]:
-        lines, self.lines = self.lines, []
-        return lines
+    def event(self, event: Event) -> None:
+        self.items.append(event)
+
+    def end(self, summary: StreamSummary) -> None:
+        self.items.append(summary)
+
+    def take(self) -> list[Delivered]:
+        items, self.items = self.items, []
+        return items
 
 
 @dataclass(eq=False)
@@ -90,12 +97,12 @@ class Utterance:
 
     session: StreamSession
     config: SessionConfig
-    deliver: Callable[[list[str]], None]
+    deliver: Callable[[list[Delivered]], None]
     fail: Callable[[str], None]
     block_samples: int
     per_message: bool = False  # each message ends a block (else: fixed blocks)
     finishing: Finishing = NONE  # the session's finishing steps (punctuation, casing)
-    lines: _Lines = field(default_factory=_Lines)
+    outbox: _Outbox = field(default_factory=_Outbox)
     renderer: Renderer = field(init=False)
     pending: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     blocks: deque[np.ndarray] = field(default_factory=deque)
@@ -110,8 +117,7 @@ class Utterance:
     drained: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
-        jsonl = JsonlRenderer(self.lines, self.config.partials, WIRE_VERSION)  # type: ignore[arg-type]
-        self.renderer = finished(jsonl, self.finishing)
+        self.renderer = finished(self.outbox, self.finishing)
         self.renderer.begin(self.config.source)
 
     @property
@@ -158,7 +164,7 @@ class Scheduler:
     async def open(
         self,
         config: SessionConfig,
-        deliver: Callable[[list[str]], None],
+        deliver: Callable[[list[Delivered]], None],
         fail: Callable[[str], None],
     ) -> Utterance:
         """A new utterance (its engine stream is made on the worker thread)."""
@@ -357,15 +363,15 @@ class Scheduler:
         sent now. Left in the queue until a round came to them, they were fed, and closed,
         only a whole queue later once the server was behind."""
         self.metrics.compute_s.inc(elapsed)
-        share = elapsed / max(1, sum(stepped))
-        for utterance, did_step in zip(batch, stepped, strict=True):
+        sessions = [None if u.discarded else u.session for u in batch]
+        made = after_engine_step(sessions, stepped, elapsed)
+        for utterance, did_step, events in zip(batch, stepped, made, strict=True):
             utterance.in_round = False
             utterance.check = did_step
             if utterance.discarded:
                 continue
             if did_step:
-                utterance.session.add_compute(share)
-                self._render(utterance, utterance.session.after_step())
+                self._render(utterance, events)
                 self._send(utterance)
             if self._due_or_closed(utterance):
                 self._ready[utterance] = None  # to the back: first come, first stepped
@@ -373,9 +379,7 @@ class Scheduler:
     def _decode(self, streams: list[Any], checked: bool) -> tuple[list[bool], float]:
         """On the worker thread: one batched step; which streams stepped, and its time.
         Only the engine call runs here, and `checked` spares it asking each stream again."""
-        started = self.clock()
-        stepped = self.recognizer.decode_batch(streams, checked=checked)
-        return stepped, self.clock() - started
+        return engine_step(self.recognizer, streams, self.clock, checked)
 
     def _close(self, utterance: Utterance) -> None:
         """Nothing more to step after the end: the last final, the summary, done."""
@@ -395,10 +399,10 @@ class Scheduler:
             utterance.renderer.event(event)
 
     def _send(self, utterance: Utterance) -> None:
-        """Hand the utterance's new lines to its connection."""
-        lines = utterance.lines.take()
-        if lines and not utterance.discarded:
-            utterance.deliver(lines)
+        """Hand the utterance's new events (and its summary) to its connection."""
+        items = utterance.outbox.take()
+        if items and not utterance.discarded:
+            utterance.deliver(items)
 
     def close(self) -> None:
         """Wait for a step in flight, then stop the worker thread."""
