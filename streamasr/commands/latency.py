@@ -158,12 +158,12 @@ def _backend_budget(
 ) -> LatencyBudget:
     """Ask the backend for its budget; one without its own arithmetic is loaded through
     the registry and its budget derived from what it declares. Then measure, if asked."""
-    from streamasr.backends.registry import engine_options, load_recognizer
+    from streamasr.backends.plan import make_plan
 
-    options = engine_options(entry, given, threads=threads, device=device)
+    plan = make_plan(model, backend, given, threads=threads, device=device, entry=entry)
     if entry.budget is not None:
-        return entry.budget(model, options, measure)
-    recognizer = load_recognizer(model, options, backend, entry)  # chosen once, above
+        return entry.budget(model, plan.engine, measure)
+    recognizer = plan.load(entry)  # chosen once, above
     budget = budget_from_info(recognizer.info)
     if not measure:
         return budget

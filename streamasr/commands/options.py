@@ -41,6 +41,7 @@ from streamasr.backends.base import (
     check_device_name,
 )
 from streamasr.backends.options import EngineOption
+from streamasr.backends.plan import LoadPlan, make_plan
 from streamasr.commands.common import (
     check_number,
     check_stream_numbers,
@@ -353,20 +354,28 @@ def chosen_backend(options: ModelOptions) -> BackendEntry:
     return choose_backend(options.model, backend)
 
 
+def load_plan(
+    options: ModelOptions, entry: BackendEntry | None = None, skip: Iterable[str] = ()
+) -> LoadPlan:
+    """The loading plan the group asks for: the engine settings parsed and range-checked by
+    the chosen backend (refused, naming their owner, when it does not declare them), before
+    anything loads. `skip`: options the caller handles itself (a bench sweep)."""
+    backend, device = _backend_and_device_names(options)
+    entry = entry or chosen_backend(options)
+    given = {k: v for k, v in options.engine.items() if k not in set(skip)}
+    plan = make_plan(
+        options.model, backend, given, threads=options.threads, device=device,
+        verify=options.verify, entry=entry,
+    )  # fmt: skip
+    backend_and_device(options)  # then whether CUDA is there
+    return plan
+
+
 def engine_options(
     options: ModelOptions, entry: BackendEntry | None = None, skip: Iterable[str] = ()
 ) -> EngineOptions:
-    """The engine settings the group asks for, parsed and range-checked by the chosen backend
-    (refused, naming their owner, when it does not declare them), before anything loads.
-    `skip`: options the caller handles itself (a bench sweep)."""
-    from streamasr.backends.registry import engine_options as parse
-
-    _, device = _backend_and_device_names(options)
-    entry = entry or chosen_backend(options)
-    given = {k: v for k, v in options.engine.items() if k not in set(skip)}
-    engine = parse(entry, given, threads=options.threads, device=device)
-    backend_and_device(options)  # then whether CUDA is there
-    return engine
+    """The engine settings of the group's plan (`load_plan`)."""
+    return load_plan(options, entry, skip).engine
 
 
 def stream_options(options: ModelOptions, *, paced: bool) -> StreamOptions:
@@ -391,13 +400,6 @@ def stream_options(options: ModelOptions, *, paced: bool) -> StreamOptions:
     )
 
 
-def check_engine_fit(options: ModelOptions, backend_name: str) -> None:
-    """Refuse an option the named backend does not declare, naming the one that does."""
-    from streamasr.backends.registry import find_backend
-
-    engine_options(options, find_backend(backend_name))
-
-
 def with_user_defaults(options: ModelOptions, hint: bool = True) -> ModelOptions:
     """The config file's and environment's model and device where the command line gave none;
     on a terminal (and with `hint`), one line when the bundled demo model is about to be used
@@ -420,34 +422,31 @@ def with_user_defaults(options: ModelOptions, hint: bool = True) -> ModelOptions
     return replace(options, model=model, device=device)
 
 
-def verify_model(options: ModelOptions) -> None:
-    """`--verify`: hash every file of a pulled model before it loads (a changed file is a
-    ModelError naming `models verify` and `pull --force`)."""
-    if options.verify:
-        from streamasr.distribution import cache
-
-        cache.verify_before_use(options.model)
-
-
 def check_model_options(options: ModelOptions, *, paced: bool) -> None:
     """Every check build() makes before loading (ranges, combinations, the engine's fit,
     CUDA), for commands that have more to check before the load (mic's device)."""
     stream_options(options, paced=paced)
-    engine_options(options)
+    load_plan(options)
 
 
-def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOptions]:
-    """Check every option before any audio is touched, then load the model via the registry."""
-    from streamasr.backends.registry import load_recognizer
-
+def open_planned(
+    options: ModelOptions, *, paced: bool
+) -> tuple[LoadPlan, Recognizer, StreamOptions]:
+    """Check every option before any audio is touched, offer to pull a released model not
+    here yet, then load it by the plan (kept by paths that load it again elsewhere: Ray)."""
     feed = stream_options(options, paced=paced)
-    backend, _ = backend_and_device(options)
+    backend_and_device(options)
     entry = chosen_backend(options)  # once: the options are parsed by it, and it loads
-    engine = engine_options(options, entry)
-    verify_model(options)
+    plan = load_plan(options, entry)
     from streamasr.commands.offer import offer_download
 
     offer_download(options.model)
-    recognizer = load_recognizer(options.model, engine, backend, entry)
+    recognizer = plan.load(entry)
     log.info("model: %s", recognizer.description)
+    return plan, recognizer, feed
+
+
+def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOptions]:
+    """The model loaded by the group's plan, and how to feed it (`open_planned`)."""
+    _, recognizer, feed = open_planned(options, paced=paced)
     return recognizer, feed
