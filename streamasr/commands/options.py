@@ -43,13 +43,12 @@ from streamasr.backends.base import (
 from streamasr.backends.options import EngineOption
 from streamasr.backends.plan import LoadPlan, make_plan
 from streamasr.commands.common import (
-    check_number,
     check_stream_numbers,
     err_console,
     onset_options,
     spliced_parameters,
 )
-from streamasr.endpointing import RULE_S_RANGE
+from streamasr.endpointing import ENDPOINT_SWITCH, RULE_OPTIONS, endpoint_options
 from streamasr.errors import UsageError
 from streamasr.stream import DEFAULT_TAIL_PADDING_S, StreamOptions
 from streamasr.vad import vad_options
@@ -73,9 +72,9 @@ class ModelOptions:
     # the chosen backend parses them (registry.engine_options)
     engine: Mapping[str, object] = field(default_factory=dict)
     endpoint: bool = True
-    rule1_s: float = 2.4
-    rule2_s: float = 1.2
-    rule3_s: float = 20.0
+    rule1_s: float = EndpointOptions.rule1_s
+    rule2_s: float = EndpointOptions.rule2_s
+    rule3_s: float = EndpointOptions.rule3_s
     block_ms: float | None = None
     tail_padding_s: float = DEFAULT_TAIL_PADDING_S
     onset_dbfs: float | None = None
@@ -121,19 +120,9 @@ _SPECS: tuple[_Spec, ...] = (
         "1.4-1.8x slower than 1 for the full-size model and used ~3x the CPU; to use more "
         "cores run more streams (bench --workers N, --streams N) rather than more threads.",
     ),
-    _Spec(
-        "endpoint", bool, ("--endpoint/--no-endpoint",),
-        "Cut the stream into utterances at silences (endpoint rules).",
-    ),
-    _Spec(
-        "rule1_s", float, ("--rule1",),
-        "Endpoint after this many seconds of silence when nothing was recognised.",
-    ),
-    _Spec(
-        "rule2_s", float, ("--rule2",),
-        "Endpoint after this many seconds of silence following recognised text.",
-    ),
-    _Spec("rule3_s", float, ("--rule3",), "Endpoint any utterance longer than this many seconds."),
+    # the endpoint options' names, help and ranges are endpointing.py's
+    _Spec(ENDPOINT_SWITCH.field, bool, (ENDPOINT_SWITCH.flag,), ENDPOINT_SWITCH.help),
+    *(_Spec(rule.field, float, (rule.flag,), rule.help) for rule in RULE_OPTIONS),
     _Spec(
         "block_ms", float | None, ("--block-ms",),
         "Feed block in ms (how much audio arrives at once); default one chunk.",
@@ -381,22 +370,16 @@ def engine_options(
 def stream_options(options: ModelOptions, *, paced: bool) -> StreamOptions:
     """How audio is fed and cut: block, tail padding, onset and the endpoint rules."""
     check_stream_numbers(options.block_ms, options.tail_padding_s)
-    for name, value in (
-        ("--rule1", options.rule1_s), ("--rule2", options.rule2_s), ("--rule3", options.rule3_s)
-    ):
-        check_number(name, value, *RULE_S_RANGE, "s")
+    endpoint = endpoint_options(
+        options.endpoint, options.rule1_s, options.rule2_s, options.rule3_s
+    )
     return StreamOptions(
         block_s=options.block_ms / 1000 if options.block_ms else None,
         tail_padding_s=options.tail_padding_s,
         onset=onset_options(options.onset_dbfs),
         paced=paced,
         vad=vad_options(options.vad, options.vad_end, options.vad_gate, options.vad_model),
-        endpoint=EndpointOptions(
-            enabled=options.endpoint,
-            rule1_s=options.rule1_s,
-            rule2_s=options.rule2_s,
-            rule3_s=options.rule3_s,
-        ),
+        endpoint=endpoint,
     )
 
 
