@@ -30,12 +30,14 @@ def show_results(doc: dict[str, Any], out: Path) -> None:
 def note_int8_batching(settings: list[Any], streams: str) -> None:
     """Say plainly that int8 batches are not bit-exact, whenever an int8 model is batched."""
     most = max((int(p) for p in streams.split(",") if p.strip().isdigit()), default=1)
-    from streamasr.backends.sherpa.modeldir import has_fp32_export, int8_files
-
-    int8 = [s for s in settings if int8_files(s.recognizer.info.model_files)]
+    int8 = [s for s in settings if _int8_files(s.recognizer.info.model_files)]
     if most > 1 and int8:
         # advise --fp32 only where every int8 file has an fp32 twin: elsewhere it is refused
-        fp32_there = all(has_fp32_export(s.recognizer.info.model_files) for s in int8)
+        fp32_there = all(
+            (p.parent / p.name.replace(".int8.", ".")).is_file()
+            for s in int8
+            for p in _int8_files(s.recognizer.info.model_files)
+        )
         advice = (
             "Use --fp32 for exact batching"
             if fp32_there
@@ -49,6 +51,10 @@ def note_int8_batching(settings: list[Any], streams: str) -> None:
             highlight=False,
             markup=False,
         )
+
+
+def _int8_files(files: Any) -> list[Any]:
+    return [p for p in files if ".int8." in p.name]
 
 
 def _print_notes(doc: dict[str, Any], out: Path) -> None:
