@@ -249,18 +249,26 @@ def with_model_options(
     sweep: bool = False,
     rename: Mapping[str, str] | None = None,
     help_for: Mapping[str, str] | None = None,
+    fields: Iterable[str] = GROUP_FIELDS,
+    own: Iterable[str] = (),
+    user_defaults: bool = True,
 ) -> Callable[[F], F]:
     """Add the group's options where the command's `model_options` parameter stands.
 
     `sweep`: options a backend marks sweepable take several values (bench).
     `rename`: field -> option name, for a command where the usual name means something else.
     `help_for`: field -> help text, for a command whose default differs (serve's feed block).
+    `fields`: the neutral options the command takes (all by default; the engines' always).
+    `own`: engine option names the command declares itself (latency's --chunk, which is
+    also arithmetic without a model).
+    `user_defaults`: fill the config's model and device in (latency reads only what it is told).
     """
     renamed = dict(rename or {})
-    unknown = set(renamed) - set(GROUP_FIELDS)
+    unknown = (set(renamed) | set(fields)) - set(GROUP_FIELDS)
     if unknown:
         raise ValueError(f"not in the model options group: {sorted(unknown)}")
-    specs = list(_SPECS)
+    wanted, declared_here = set(fields), set(own)
+    specs = [spec for spec in _SPECS if spec.field in wanted]
     helps = {spec.field: (help_for or {}).get(spec.field, spec.help) for spec in specs}
 
     def decorate(command: F) -> F:
@@ -283,7 +291,9 @@ def with_model_options(
         names = {param.name: spec.field for param, spec in zip(group, specs, strict=True)}
         engine_names: dict[str, str] = {}
         for declared in declared_options():
-            if declared.option.flag in {d for s in specs for d in s.decls}:
+            if declared.option.name in declared_here:
+                continue  # the command's own option of that name
+            if declared.option.flag in {d for s in _SPECS for d in s.decls}:
                 continue  # a neutral option's name is not an engine's to take
             name = f"engine_{declared.option.name}"
             engine_names[name] = declared.option.name
@@ -299,7 +309,9 @@ def with_model_options(
             # a command's --quiet (captions only) also hides the demo-model hint
             hint = not kwargs.get("quiet", False)
             group_options = ModelOptions(**values, engine=engine)
-            kwargs[_PARAM] = with_user_defaults(group_options, hint=hint)
+            if user_defaults:
+                group_options = with_user_defaults(group_options, hint=hint)
+            kwargs[_PARAM] = group_options
             return command(**kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
