@@ -385,7 +385,7 @@ def run_bench(request: BenchRequest) -> bool:
     checks = compare(baseline, doc, rules) if baseline is not None else []
     write_results(request.out, doc, checks)
     show_results(doc, request.out)
-    note_int8_batching(settings, str(request.streams or 1))
+    note_int8_batching(entry, settings, str(request.streams or 1))
     if request.plot is not None:
         from streamasr.bench.plot import plot_tradeoff
 
