@@ -138,7 +138,7 @@ def plan_settings(
 
     A chunk or look-ahead the model lacks raises ModelMismatchError listing those it has.
     """
-    settings = []
+    settings: list[Setting] = []
     for value in values:
         own = dict(plan.engine.own) if swept is None else {**plan.engine.own, swept: value}
         point = plan.with_own(own)
