@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamasr.backends import registry
 from streamasr.backends.base import BackendInfo, EngineOptions, Recognizer
 from streamasr.backends.plan import make_plan
-from streamasr.backends.registry import choose_backend
 from streamasr.driver import Collected, drive, stream_events
 from streamasr.events import Event, StreamSummary
 from streamasr.stream import StreamOptions, StreamSession
@@ -75,7 +75,7 @@ def open_model(
     base = options or EngineOptions()
     threads = int(engine_fields.pop("threads", base.threads))  # type: ignore[call-overload]
     device = str(engine_fields.pop("device", base.device))
-    entry = choose_backend(model, backend)
+    entry = registry.choose_backend(model, backend)
     given = {**base.own, **engine_fields}
     plan = make_plan(model, backend, given, threads=threads, device=device, entry=entry)
     return Model(plan.load(entry), stream_options or StreamOptions())

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from streamasr.backends import registry
 from streamasr.backends.base import BackendEntry, EngineOptions, Recognizer
-from streamasr.backends.registry import choose_backend, engine_options
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class LoadPlan:
 
     def entry(self) -> BackendEntry:
         """The backend that loads the model (chosen by name, nothing loaded)."""
-        return choose_backend(self.model, self.backend)
+        return registry.choose_backend(self.model, self.backend)
 
     def with_own(self, own: Mapping[str, object]) -> LoadPlan:
         """The same plan with the backend's own settings `own` (one point of a sweep)."""
@@ -67,6 +67,6 @@ def make_plan(
 ) -> LoadPlan:
     """The plan for `model`: `given` (option name -> text or value) parsed and checked by the
     chosen backend (`entry`, else the one `backend` names or the model fits)."""
-    entry = entry or choose_backend(model, backend)
-    engine = engine_options(entry, given, threads=threads, device=device)
+    entry = entry or registry.choose_backend(model, backend)
+    engine = registry.engine_options(entry, given, threads=threads, device=device)
     return LoadPlan(model, backend, engine, verify)
