@@ -70,13 +70,12 @@ PROBE = r'''
 import json, sys, time
 import ray
 from streamasr.cluster.models import model_spec, load_verified
-from streamasr.backends.registry import load_recognizer
-from streamasr.backends.base import EngineOptions
+from streamasr.backends.plan import make_plan
 
 ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
 model = sys.argv[2]
-engine = EngineOptions(threads=1)
-spec = model_spec(model, None, engine, load_recognizer(model, engine, None))
+plan = make_plan(model, threads=1)
+spec = model_spec(plan, plan.load())
 
 @ray.remote(num_cpus=1)
 def nothing(i):

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamasr.backends import registry
 from streamasr.backends.base import BackendInfo, EngineOptions, Recognizer
-from streamasr.backends.registry import load_recognizer
+from streamasr.backends.plan import make_plan
 from streamasr.driver import Collected, drive, stream_events
 from streamasr.events import Event, StreamSummary
 from streamasr.stream import StreamOptions, StreamSession
@@ -71,13 +72,10 @@ def open_model(
     parsed and range-checked by that backend as the command line's are; one it does not
     declare is a UsageError naming the backend that owns it.
     """
-    from streamasr.backends.registry import choose_backend, engine_options
-
     base = options or EngineOptions()
     threads = int(engine_fields.pop("threads", base.threads))  # type: ignore[call-overload]
     device = str(engine_fields.pop("device", base.device))
-    entry = choose_backend(model, backend)
+    entry = registry.choose_backend(model, backend)
     given = {**base.own, **engine_fields}
-    engine = engine_options(entry, given, threads=threads, device=device)
-    recognizer = load_recognizer(model, engine, backend, entry)
-    return Model(recognizer, stream_options or StreamOptions())
+    plan = make_plan(model, backend, given, threads=threads, device=device, entry=entry)
+    return Model(plan.load(entry), stream_options or StreamOptions())

@@ -17,9 +17,46 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from streamasr.backends.base import EndpointOptions, Hypothesis
+from streamasr.backends.options import check_number
 
 #: where an endpoint rule (--rule1/2/3, a session's rule1_s ...) makes sense, in seconds
 RULE_S_RANGE = (0.01, 3600.0)
+
+
+@dataclass(frozen=True)
+class RuleOption:
+    """One endpoint setting on the command line: its EndpointOptions field, flag and help
+    (the CLI wiring is commands/options.py's)."""
+
+    field: str
+    flag: str
+    help: str
+
+
+ENDPOINT_SWITCH = RuleOption(
+    "endpoint", "--endpoint/--no-endpoint",
+    "Cut the stream into utterances at silences (endpoint rules).",
+)  # fmt: skip
+RULE_OPTIONS: tuple[RuleOption, ...] = (
+    RuleOption(
+        "rule1_s", "--rule1",
+        "Endpoint after this many seconds of silence when nothing was recognised.",
+    ),
+    RuleOption(
+        "rule2_s", "--rule2",
+        "Endpoint after this many seconds of silence following recognised text.",
+    ),
+    RuleOption("rule3_s", "--rule3", "Endpoint any utterance longer than this many seconds."),
+)  # fmt: skip
+
+
+def endpoint_options(
+    enabled: bool, rule1_s: float, rule2_s: float, rule3_s: float
+) -> EndpointOptions:
+    """The rules as given, each in RULE_S_RANGE (else a UsageError naming its flag)."""
+    for option, value in zip(RULE_OPTIONS, (rule1_s, rule2_s, rule3_s), strict=True):
+        check_number(option.flag, value, *RULE_S_RANGE, "s")
+    return EndpointOptions(enabled=enabled, rule1_s=rule1_s, rule2_s=rule2_s, rule3_s=rule3_s)
 
 # float slack so 30 x 0.04 s of silence counts as 1.2 s
 _EPSILON_S = 1e-6

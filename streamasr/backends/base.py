@@ -206,6 +206,10 @@ class BackendEntry:
     check_file: Callable[[Path], None] | None = None
     prepare_folder: Callable[[Path], None] | None = None
     describe: Callable[[Path], Any] | None = None
+    # (setting name, info) of loaded settings -> the note bench prints when their batched
+    # rows are not bit-exact with one stream (an int8 export), with the way to exact rows;
+    # None: batching is exact
+    batching_note: Callable[[Sequence[tuple[str, BackendInfo]]], str | None] | None = None
 
     @property
     def title(self) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from streamasr.backends.base import BackendEntry, EngineOptions, Recognizer
 from streamasr.backends.options import EngineOption, complete
+from streamasr.backends.plan import LoadPlan
 from streamasr.bench.datasets import Utterance
 from streamasr.bench.report import setting_record, summarize
 from streamasr.bench.runner import (
@@ -62,9 +63,7 @@ class Setting:
     (for the run record)."""
 
     name: str
-    model: str | None
-    backend: str | None
-    engine: EngineOptions
+    plan: LoadPlan
     recognizer: Recognizer
     own: Mapping[str, Any] = field(default_factory=dict)
 
@@ -129,32 +128,29 @@ def swept_records(settings: Sequence[Setting]) -> dict[str, list[Any]]:
 
 
 def plan_settings(
-    model: str | None,
-    engine: EngineOptions,
+    plan: LoadPlan,
     entry: BackendEntry,
     swept: str | None = None,
     values: Sequence[Any] = (None,),
-    backend: str | None = None,
 ) -> list[Setting]:
-    """Load every setting up front through the registry.
+    """Load every setting up front by `plan` (the first load hashes a pulled model's files
+    when the plan says so; the settings' plans, for workers, do not hash again).
 
     A chunk or look-ahead the model lacks raises ModelMismatchError listing those it has.
     """
-    from streamasr.backends.registry import load_recognizer
-
-    settings = []
+    settings: list[Setting] = []
     for value in values:
-        own = dict(engine.own) if swept is None else {**engine.own, swept: value}
-        options = replace(engine, own=own)
+        own = dict(plan.engine.own) if swept is None else {**plan.engine.own, swept: value}
+        point = plan.with_own(own)
         try:
-            recognizer = load_recognizer(model, options, backend)
+            recognizer = replace(point, verify=plan.verify and not settings).load(entry)
         except ModelMismatchError:
             raise
         except UsageError as exc:  # the loader refused a setting this model does not have
             raise ModelMismatchError(str(exc)) from exc
         name = setting_name(entry, recognizer)
         full = complete(entry.options, own)
-        settings.append(Setting(name, model, backend, options, recognizer, full))
+        settings.append(Setting(name, replace(point, verify=False), recognizer, full))
     return settings
 
 

@@ -56,8 +56,8 @@ def run_setting_in_workers(
 ) -> dict[str, Any]:
     """`sweep.run_setting` spread over `workers` processes, each with its own engine.
 
-    Each worker loads the setting's model with the setting's EngineOptions through the
-    registry before anything is timed (`load_s` in the summary). The one-stream pass takes
+    Each worker loads the setting's model by the setting's plan (backends/plan.py)
+    before anything is timed (`load_s` in the summary). The one-stream pass takes
     whole utterances from a queue; each `--streams N` pass gives every worker its share of
     the utterances and of the N streams (workers x streams), and is compared with the
     one-stream records.
@@ -66,7 +66,7 @@ def run_setting_in_workers(
     from streamasr.bench.sweep import compare_batched, pass_progress
 
     used = min(workers, max(1, len(utterances)))
-    with worker_pool(setting.model, setting.backend, setting.engine, options, used) as pool:
+    with worker_pool(setting.plan, options, used) as pool:
         load_s = pool.start_ready()
         started = clock()
         records = pool.run(utterances, options, lambda r: on_done(setting.name, r))

@@ -1,8 +1,8 @@
 """Every core: worker processes, each with its own engine, for bench's passes.
 
 Why: one sherpa-onnx engine on one thread is the fastest per stream on a small machine, and it
-leaves the other cores idle. Here each worker process loads its own single engine (through the
-backend registry, from the model, backend name and EngineOptions, which pickle) and takes
+leaves the other cores idle. Here each worker process loads its own single engine (by the
+setting's loading plan, backends/plan.py, which pickles) and takes
 whole utterances from a shared queue, so every utterance still streams in order, start to end,
 through one session exactly as in a one-worker run; the records are put back in dataset order.
 Text, tokens, token times and algorithmic latencies are therefore the same as with one worker;
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
-from streamasr.backends.base import EngineOptions
+from streamasr.backends.plan import LoadPlan
 from streamasr.bench.datasets import Utterance
 from streamasr.bench.runner import RunOptions, UtteranceRecord, failed_record, run_utterance
 from streamasr.errors import ModelError, UsageError
@@ -79,9 +79,7 @@ def check_workers(workers: int) -> None:
 class _Job:
     """What a worker process needs to load its engine (all of it pickles)."""
 
-    model: str | None
-    backend: str | None
-    engine: EngineOptions
+    plan: LoadPlan
     options: RunOptions
     parent_pid: int
 
@@ -105,12 +103,11 @@ def _worker_main(conn: Connection, job: _Job) -> None:
     # started with them blocked (see WorkerPool.start), so none arrived before they were ignored
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _PARENT_DECIDES)
     _die_with_parent(job.parent_pid)
-    from streamasr.backends.registry import load_recognizer
     from streamasr.bench.runner import warm_up
 
     started = time.perf_counter()
     try:
-        recognizer = load_recognizer(job.model, job.engine, job.backend)
+        recognizer = job.plan.load()
         warm_up(recognizer)
     except Exception as exc:  # the parent turns it into one line
         conn.send(("failed", str(exc) or type(exc).__name__))
@@ -407,9 +404,7 @@ class WorkerPool:
 
 @contextlib.contextmanager
 def worker_pool(
-    model: str | None,
-    backend: str | None,
-    engine: EngineOptions,
+    plan: LoadPlan,
     options: RunOptions,
     workers: int,
 ) -> Iterator[WorkerPool]:
@@ -419,7 +414,7 @@ def worker_pool(
     interruption goes on up.
     """
     check_workers(workers)
-    pool = WorkerPool(_Job(model, backend, engine, options, os.getpid()), workers)
+    pool = WorkerPool(_Job(plan, options, os.getpid()), workers)
     graceful = False
     try:
         yield pool

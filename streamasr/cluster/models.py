@@ -17,10 +17,10 @@ import logging
 import os
 import socket
 import threading
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from streamasr.backends.base import Recognizer
+from streamasr.backends.plan import LoadPlan
 from streamasr.errors import ClusterError
 
 log = logging.getLogger("streamasr")
@@ -39,25 +39,26 @@ class PullSource:
 class ModelSpec:
     """What a worker loads, and the checksums its copy must have (all of it pickles)."""
 
-    model: str | None  # as given on the command line: a pulled name or a path
-    backend: str | None
-    engine: Any  # EngineOptions: the registry's own settings, passed through untouched
+    plan: LoadPlan  # the driver's: the model as given (a pulled name or a path), its settings
     files: tuple[tuple[str, str], ...]  # (file name, sha256) as the driver loaded them
     source: PullSource | None = None  # where a node without the model pulls it from
 
     @property
+    def model(self) -> str | None:
+        return self.plan.model
+
+    @property
     def cpus(self) -> int:
         """CPUs a task asks for: one per engine thread (1 by default: one engine per CPU)."""
-        return max(1, int(getattr(self.engine, "threads", 1) or 1))
+        return max(1, self.plan.threads)
 
 
-def model_spec(model: str | None, backend: str | None, engine: Any,
-               recognizer: Recognizer) -> ModelSpec:
-    """The spec of a model loaded on the driver, with the sha256 of each of its files."""
+def model_spec(plan: LoadPlan, recognizer: Recognizer) -> ModelSpec:
+    """The spec of a model loaded on the driver by `plan`, with the sha256 of each file."""
     from streamasr.distribution.manifest import sha256_file
 
     files = tuple((p.name, sha256_file(p)) for p in recognizer.info.model_files)
-    return ModelSpec(model, backend, engine, files, pull_source(model))
+    return ModelSpec(plan, files, pull_source(plan.model))
 
 
 def pull_source(model: str | None) -> PullSource | None:
@@ -100,15 +101,13 @@ def load_verified(spec: ModelSpec) -> Recognizer:
 
 
 def _load(spec: ModelSpec) -> Recognizer:
-    from streamasr.backends.registry import load_recognizer
     from streamasr.bench.runner import warm_up
-    from streamasr.distribution.cache import verify_before_use
     from streamasr.errors import ModelError
 
     try:
         _pull_if_missing(spec.source)
-        verify_before_use(spec.model)  # a pulled copy: every file against its manifest
-        recognizer = load_recognizer(spec.model, spec.engine, spec.backend)
+        # a pulled copy: every file against its manifest, whatever the driver's --verify
+        recognizer = replace(spec.plan, verify=True).load()
     except ModelError as exc:
         raise ClusterError(f"node {node_name()} cannot load the model: {exc}") from None
     check_files(spec, recognizer)

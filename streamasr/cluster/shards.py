@@ -163,7 +163,7 @@ def run_setting_on_ray(
     from streamasr.bench.sweep import batched_passes
     from streamasr.cluster.driver import DriverLost
 
-    spec = model_spec(setting.model, setting.backend, setting.engine, setting.recognizer)
+    spec = model_spec(setting.plan, setting.recognizer)
     state = outputs.fresh_state(out)
     folder = state / "shards"
     folder.mkdir()

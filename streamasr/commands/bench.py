@@ -281,21 +281,19 @@ def run_bench(request: BenchRequest) -> bool:
     from streamasr.commands.options import (
         backend_and_device,
         chosen_backend,
-        engine_options,
+        load_plan,
         stream_options,
-        verify_model,
     )
 
     group = request.model_options
     request.check()
     stream = stream_options(group, paced=request.realtime)
-    backend, _ = backend_and_device(group)
+    backend_and_device(group)
     entry = chosen_backend(group)
     swept = swept_option(group.engine)
     # an option the backend does not declare (--chunk on a NeMo model): refused before loading
-    engine = engine_options(group, entry, skip=[swept] if swept else [])
+    plan = load_plan(group, entry, skip=[swept] if swept else [])
     values = sweep_values(entry, swept, group.engine)
-    verify_model(group)
     from streamasr.commands.models import offer_download
 
     offer_download(group.model)
@@ -305,7 +303,7 @@ def run_bench(request: BenchRequest) -> bool:
         require_matplotlib()
     rules = parse_fail_on(request.fail_on) if request.fail_on else []
     baseline = load_baseline(request.baseline) if request.baseline else None
-    settings = plan_settings(group.model, engine, entry, swept, values, backend)
+    settings = plan_settings(plan, entry, swept, values)
     if baseline is not None and rules:
         check_baseline_matches(baseline, [s.name for s in settings], str(request.baseline))
     columns = TableColumns(request.audio_column, request.text_column)
@@ -331,7 +329,7 @@ def run_bench(request: BenchRequest) -> bool:
             "chunk_ms": [round(s.recognizer.info.chunk_s * 1000, 3) for s in settings],
             "lookahead_ms": [round(s.recognizer.info.lookahead_s * 1000, 3) for s in settings],
             "output_frame_ms": round(info.output_frame_s * 1000, 3),
-            "threads": engine.threads,
+            "threads": plan.threads,
             **{k: v for k, v in settings[0].own.items() if k != swept},
             "endpoint": asdict(stream.endpoint),
             "block_ms": group.block_ms,
@@ -367,7 +365,7 @@ def run_bench(request: BenchRequest) -> bool:
     try:
         results, complete = _run_all(
             settings,
-            engine,
+            plan.engine,
             data.utterances,
             options,
             request.stream_counts(),
@@ -387,7 +385,7 @@ def run_bench(request: BenchRequest) -> bool:
     checks = compare(baseline, doc, rules) if baseline is not None else []
     write_results(request.out, doc, checks)
     show_results(doc, request.out)
-    note_int8_batching(settings, str(request.streams or 1))
+    note_int8_batching(entry, settings, str(request.streams or 1))
     if request.plot is not None:
         from streamasr.bench.plot import plot_tradeoff
 

@@ -66,8 +66,7 @@ def run_capacity(request: Any, setting: Any, utterances: Any, options: Any,
         return doc
 
     try:
-        with worker_pool(setting.model, setting.backend, setting.engine, options,
-                         request.workers) as pool:
+        with worker_pool(setting.plan, options, request.workers) as pool:
             load_s = pool.start_ready()
 
             def one(n: int) -> dict[str, Any]:

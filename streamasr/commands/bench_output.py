@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from streamasr.backends.base import BackendEntry
 from streamasr.bench.outdir import RECORDS_NAME
 from streamasr.commands.common import err_console
 from streamasr.render import escape
@@ -27,34 +28,14 @@ def show_results(doc: dict[str, Any], out: Path) -> None:
     _print_notes(doc, out)
 
 
-def note_int8_batching(settings: list[Any], streams: str) -> None:
-    """Say plainly that int8 batches are not bit-exact, whenever an int8 model is batched."""
+def note_int8_batching(entry: BackendEntry, settings: list[Any], streams: str) -> None:
+    """Say plainly when batched rows are not bit-exact (an int8 export), in the words of the
+    engine that knows its precisions, whenever such a model is batched."""
     most = max((int(p) for p in streams.split(",") if p.strip().isdigit()), default=1)
-    int8 = [s for s in settings if _int8_files(s.recognizer.info.model_files)]
-    if most > 1 and int8:
-        # advise --fp32 only where every int8 file has an fp32 twin: elsewhere it is refused
-        fp32_there = all(
-            (p.parent / p.name.replace(".int8.", ".")).is_file()
-            for s in int8
-            for p in _int8_files(s.recognizer.info.model_files)
-        )
-        advice = (
-            "Use --fp32 for exact batching"
-            if fp32_there
-            else "This model has no fp32 export: use --streams 1 for exact rows"
-        )
-        err_console.print(
-            f"note: the int8 encoder ({', '.join(s.name for s in int8)}) quantises "
-            "activations with one scale per batch: batch companions can move a token time or "
-            "change a word, so the batched rows are not bit-exact with one stream (the "
-            f"one-stream rows are). {advice}; see docs/performance.md",
-            highlight=False,
-            markup=False,
-        )
-
-
-def _int8_files(files: Any) -> list[Any]:
-    return [p for p in files if ".int8." in p.name]
+    if most > 1 and entry.batching_note is not None:
+        note = entry.batching_note([(s.name, s.recognizer.info) for s in settings])
+        if note is not None:
+            err_console.print(note, highlight=False, markup=False)
 
 
 def _print_notes(doc: dict[str, Any], out: Path) -> None:

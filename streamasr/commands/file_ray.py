@@ -93,7 +93,7 @@ def file_on_ray(address: str, paths: list[str], model_options: Any, output_dir: 
         err_console,
     )
     from streamasr.commands.inputs import check_inputs_exist, raw_input_format
-    from streamasr.commands.options import backend_and_device, build, engine_options
+    from streamasr.commands.options import open_planned
     from streamasr.output_dir import check_output_dir, parse_formats
     from streamasr.render import ProgressDisplay
 
@@ -105,10 +105,8 @@ def file_on_ray(address: str, paths: list[str], model_options: Any, output_dir: 
         check_partials(partials, "jsonl" if "jsonl" in formats else formats[0])
         check_output_dir(output_dir, paths)
         check_inputs_exist(paths)
-        recognizer, stream = build(model_options, paced=False)
-        backend, _ = backend_and_device(model_options)
-        spec = model_spec(model_options.model, backend, engine_options(model_options),
-                          recognizer)
+        plan, recognizer, stream = open_planned(model_options, paced=False)
+        spec = model_spec(plan, recognizer)
         request = FileRunRequest(address, tuple(paths), output_dir, formats, partials,
                                  raw_format, sentence_case, quiet)
         progress = ProgressDisplay(err_console) if err_console.is_terminal and not quiet else None

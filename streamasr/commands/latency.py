@@ -34,7 +34,7 @@ from streamasr.commands.latency_options import (
     check_format,
     stdout_console,
 )
-from streamasr.commands.options import engine_values
+from streamasr.commands.options import ModelOptions, with_model_options
 from streamasr.distribution import catalog
 from streamasr.errors import UsageError
 from streamasr.latency import (
@@ -51,6 +51,7 @@ from streamasr.mask import (
 
 MEASURE_STEPS = 12
 RELEASED_ALIASES = tuple(alias for entry in catalog.CATALOG for alias in entry.aliases)
+_NO_ENGINE_OPTIONS = ModelOptions()
 DEFAULT_BACKEND = "sherpa-onnx"  # the registry's default: released names not on disk go here
 
 
@@ -80,14 +81,13 @@ def build_budget(
     left_chunks: int | None,
     measure: bool,
     threads: int,
-    fp32: bool,
     backend: str | None = None,
-    decoder: str | None = None,
     device: str = "cpu",
     engine: Mapping[str, object] | None = None,
 ) -> LatencyBudget:
     """Pick the arithmetic the options ask for and compute it (and measure, if asked).
-    `engine`: more of the backend's own options by name (-O NAME=VALUE)."""
+    `engine`: the backends' other options given (--fp32, --decoder, -O NAME=VALUE), from
+    the shared model options group."""
     if att_context_size is not None and model is None and backend is None:
         if chunk is not None or measure or left_chunks is not None:
             raise UsageError(
@@ -119,8 +119,7 @@ def build_budget(
     if model is None and not measure and chunk is not None and backend is None:
         return _settings_budget(chunk=chunk)
     given = {
-        "chunk": chunk, "att_context_size": att_context_size, "decoder": decoder,
-        "fp32": fp32 or None, **(engine or {}),
+        "chunk": chunk, "att_context_size": att_context_size, **(engine or {}),
     }
     entry = _entry_of(model, backend)
     return _backend_budget(model, backend, entry, given, device, measure, threads)
@@ -158,12 +157,12 @@ def _backend_budget(
 ) -> LatencyBudget:
     """Ask the backend for its budget; one without its own arithmetic is loaded through
     the registry and its budget derived from what it declares. Then measure, if asked."""
-    from streamasr.backends.registry import engine_options, load_recognizer
+    from streamasr.backends.plan import make_plan
 
-    options = engine_options(entry, given, threads=threads, device=device)
+    plan = make_plan(model, backend, given, threads=threads, device=device, entry=entry)
     if entry.budget is not None:
-        return entry.budget(model, options, measure)
-    recognizer = load_recognizer(model, options, backend, entry)  # chosen once, above
+        return entry.budget(model, plan.engine, measure)
+    recognizer = plan.load(entry)  # chosen once, above
     budget = budget_from_info(recognizer.info)
     if not measure:
         return budget
@@ -229,23 +228,11 @@ def latency_command(
         typer.Option(help="Engine to load the model with: sherpa-onnx, nemo, or "
                      "module:ATTRIBUTE (default: chosen from the model)."),
     ] = None,
-    decoder: Annotated[
-        str | None,
-        typer.Option(help="NeMo hybrid models: rnnt or ctc head (default: the model's)."),
-    ] = None,
     device: Annotated[
         str, typer.Option(help="Where --measure runs the model: cpu, cuda or cuda:N (NeMo).")
     ] = "cpu",
     threads: Annotated[int, typer.Option(help="CPU threads for --measure.")] = DEFAULT_THREADS,
-    fp32: Annotated[bool, typer.Option("--fp32", help="Measure fp32 files even if int8 exist.")]
-    = False,
-    engine_option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--engine-option", "-O", metavar="NAME=VALUE",
-            help="An option of the chosen backend by name (repeatable), e.g. a plugin's own.",
-        ),
-    ] = None,
+    model_options: ModelOptions = _NO_ENGINE_OPTIONS,  # the group, spliced in at register
     fmt: FormatOpt = "table",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log details to stderr.")]
     = False,
@@ -258,8 +245,8 @@ def latency_command(
         budget = build_budget(
             model=model, chunk=chunk, att_context_size=att_context_size, style=style,
             layers=layers, subsampling=subsampling, left_chunks=left_chunks,
-            measure=measure, threads=threads, fp32=fp32, backend=backend, decoder=decoder,
-            device=device, engine=engine_values({}, engine_option),
+            measure=measure, threads=threads, backend=backend, device=device,
+            engine=model_options.engine,
         )
     if fmt == "json":
         typer.echo(json.dumps(budget.to_dict(), indent=2))
@@ -271,5 +258,10 @@ def register(app: typer.Typer) -> None:
     """Add `latency` and `mask` to the streamasr app."""
     from streamasr.commands.mask import mask_command
 
-    app.command("latency")(latency_command)
+    # the engines' own options (--fp32, --decoder, a plugin's, -O) as file's and bench's;
+    # --chunk and --att-context-size are latency's: arithmetic without a model, too
+    latency = with_model_options(
+        fields=(), own=("chunk", "att_context_size"), user_defaults=False
+    )(latency_command)
+    app.command("latency")(latency)
     app.command("mask")(mask_command)

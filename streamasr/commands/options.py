@@ -41,14 +41,14 @@ from streamasr.backends.base import (
     check_device_name,
 )
 from streamasr.backends.options import EngineOption
+from streamasr.backends.plan import LoadPlan, make_plan
 from streamasr.commands.common import (
-    check_number,
     check_stream_numbers,
     err_console,
     onset_options,
     spliced_parameters,
 )
-from streamasr.endpointing import RULE_S_RANGE
+from streamasr.endpointing import ENDPOINT_SWITCH, RULE_OPTIONS, endpoint_options
 from streamasr.errors import UsageError
 from streamasr.stream import DEFAULT_TAIL_PADDING_S, StreamOptions
 from streamasr.vad import vad_options
@@ -72,9 +72,9 @@ class ModelOptions:
     # the chosen backend parses them (registry.engine_options)
     engine: Mapping[str, object] = field(default_factory=dict)
     endpoint: bool = True
-    rule1_s: float = 2.4
-    rule2_s: float = 1.2
-    rule3_s: float = 20.0
+    rule1_s: float = EndpointOptions.rule1_s
+    rule2_s: float = EndpointOptions.rule2_s
+    rule3_s: float = EndpointOptions.rule3_s
     block_ms: float | None = None
     tail_padding_s: float = DEFAULT_TAIL_PADDING_S
     onset_dbfs: float | None = None
@@ -120,19 +120,9 @@ _SPECS: tuple[_Spec, ...] = (
         "1.4-1.8x slower than 1 for the full-size model and used ~3x the CPU; to use more "
         "cores run more streams (bench --workers N, --streams N) rather than more threads.",
     ),
-    _Spec(
-        "endpoint", bool, ("--endpoint/--no-endpoint",),
-        "Cut the stream into utterances at silences (endpoint rules).",
-    ),
-    _Spec(
-        "rule1_s", float, ("--rule1",),
-        "Endpoint after this many seconds of silence when nothing was recognised.",
-    ),
-    _Spec(
-        "rule2_s", float, ("--rule2",),
-        "Endpoint after this many seconds of silence following recognised text.",
-    ),
-    _Spec("rule3_s", float, ("--rule3",), "Endpoint any utterance longer than this many seconds."),
+    # the endpoint options' names, help and ranges are endpointing.py's
+    _Spec(ENDPOINT_SWITCH.field, bool, (ENDPOINT_SWITCH.flag,), ENDPOINT_SWITCH.help),
+    *(_Spec(rule.field, float, (rule.flag,), rule.help) for rule in RULE_OPTIONS),
     _Spec(
         "block_ms", float | None, ("--block-ms",),
         "Feed block in ms (how much audio arrives at once); default one chunk.",
@@ -259,18 +249,26 @@ def with_model_options(
     sweep: bool = False,
     rename: Mapping[str, str] | None = None,
     help_for: Mapping[str, str] | None = None,
+    fields: Iterable[str] = GROUP_FIELDS,
+    own: Iterable[str] = (),
+    user_defaults: bool = True,
 ) -> Callable[[F], F]:
     """Add the group's options where the command's `model_options` parameter stands.
 
     `sweep`: options a backend marks sweepable take several values (bench).
     `rename`: field -> option name, for a command where the usual name means something else.
     `help_for`: field -> help text, for a command whose default differs (serve's feed block).
+    `fields`: the neutral options the command takes (all by default; the engines' always).
+    `own`: engine option names the command declares itself (latency's --chunk, which is
+    also arithmetic without a model).
+    `user_defaults`: fill the config's model and device in (latency reads only what it is told).
     """
     renamed = dict(rename or {})
-    unknown = set(renamed) - set(GROUP_FIELDS)
+    unknown = (set(renamed) | set(fields)) - set(GROUP_FIELDS)
     if unknown:
         raise ValueError(f"not in the model options group: {sorted(unknown)}")
-    specs = list(_SPECS)
+    wanted, declared_here = set(fields), set(own)
+    specs = [spec for spec in _SPECS if spec.field in wanted]
     helps = {spec.field: (help_for or {}).get(spec.field, spec.help) for spec in specs}
 
     def decorate(command: F) -> F:
@@ -293,7 +291,9 @@ def with_model_options(
         names = {param.name: spec.field for param, spec in zip(group, specs, strict=True)}
         engine_names: dict[str, str] = {}
         for declared in declared_options():
-            if declared.option.flag in {d for s in specs for d in s.decls}:
+            if declared.option.name in declared_here:
+                continue  # the command's own option of that name
+            if declared.option.flag in {d for s in _SPECS for d in s.decls}:
                 continue  # a neutral option's name is not an engine's to take
             name = f"engine_{declared.option.name}"
             engine_names[name] = declared.option.name
@@ -309,7 +309,9 @@ def with_model_options(
             # a command's --quiet (captions only) also hides the demo-model hint
             hint = not kwargs.get("quiet", False)
             group_options = ModelOptions(**values, engine=engine)
-            kwargs[_PARAM] = with_user_defaults(group_options, hint=hint)
+            if user_defaults:
+                group_options = with_user_defaults(group_options, hint=hint)
+            kwargs[_PARAM] = group_options
             return command(**kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
@@ -353,49 +355,44 @@ def chosen_backend(options: ModelOptions) -> BackendEntry:
     return choose_backend(options.model, backend)
 
 
+def load_plan(
+    options: ModelOptions, entry: BackendEntry | None = None, skip: Iterable[str] = ()
+) -> LoadPlan:
+    """The loading plan the group asks for: the engine settings parsed and range-checked by
+    the chosen backend (refused, naming their owner, when it does not declare them), before
+    anything loads. `skip`: options the caller handles itself (a bench sweep)."""
+    backend, device = _backend_and_device_names(options)
+    entry = entry or chosen_backend(options)
+    given = {k: v for k, v in options.engine.items() if k not in set(skip)}
+    plan = make_plan(
+        options.model, backend, given, threads=options.threads, device=device,
+        verify=options.verify, entry=entry,
+    )  # fmt: skip
+    backend_and_device(options)  # then whether CUDA is there
+    return plan
+
+
 def engine_options(
     options: ModelOptions, entry: BackendEntry | None = None, skip: Iterable[str] = ()
 ) -> EngineOptions:
-    """The engine settings the group asks for, parsed and range-checked by the chosen backend
-    (refused, naming their owner, when it does not declare them), before anything loads.
-    `skip`: options the caller handles itself (a bench sweep)."""
-    from streamasr.backends.registry import engine_options as parse
-
-    _, device = _backend_and_device_names(options)
-    entry = entry or chosen_backend(options)
-    given = {k: v for k, v in options.engine.items() if k not in set(skip)}
-    engine = parse(entry, given, threads=options.threads, device=device)
-    backend_and_device(options)  # then whether CUDA is there
-    return engine
+    """The engine settings of the group's plan (`load_plan`)."""
+    return load_plan(options, entry, skip).engine
 
 
 def stream_options(options: ModelOptions, *, paced: bool) -> StreamOptions:
     """How audio is fed and cut: block, tail padding, onset and the endpoint rules."""
     check_stream_numbers(options.block_ms, options.tail_padding_s)
-    for name, value in (
-        ("--rule1", options.rule1_s), ("--rule2", options.rule2_s), ("--rule3", options.rule3_s)
-    ):
-        check_number(name, value, *RULE_S_RANGE, "s")
+    endpoint = endpoint_options(
+        options.endpoint, options.rule1_s, options.rule2_s, options.rule3_s
+    )
     return StreamOptions(
         block_s=options.block_ms / 1000 if options.block_ms else None,
         tail_padding_s=options.tail_padding_s,
         onset=onset_options(options.onset_dbfs),
         paced=paced,
         vad=vad_options(options.vad, options.vad_end, options.vad_gate, options.vad_model),
-        endpoint=EndpointOptions(
-            enabled=options.endpoint,
-            rule1_s=options.rule1_s,
-            rule2_s=options.rule2_s,
-            rule3_s=options.rule3_s,
-        ),
+        endpoint=endpoint,
     )
-
-
-def check_engine_fit(options: ModelOptions, backend_name: str) -> None:
-    """Refuse an option the named backend does not declare, naming the one that does."""
-    from streamasr.backends.registry import find_backend
-
-    engine_options(options, find_backend(backend_name))
 
 
 def with_user_defaults(options: ModelOptions, hint: bool = True) -> ModelOptions:
@@ -420,34 +417,31 @@ def with_user_defaults(options: ModelOptions, hint: bool = True) -> ModelOptions
     return replace(options, model=model, device=device)
 
 
-def verify_model(options: ModelOptions) -> None:
-    """`--verify`: hash every file of a pulled model before it loads (a changed file is a
-    ModelError naming `models verify` and `pull --force`)."""
-    if options.verify:
-        from streamasr.distribution import cache
-
-        cache.verify_before_use(options.model)
-
-
 def check_model_options(options: ModelOptions, *, paced: bool) -> None:
     """Every check build() makes before loading (ranges, combinations, the engine's fit,
     CUDA), for commands that have more to check before the load (mic's device)."""
     stream_options(options, paced=paced)
-    engine_options(options)
+    load_plan(options)
 
 
-def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOptions]:
-    """Check every option before any audio is touched, then load the model via the registry."""
-    from streamasr.backends.registry import load_recognizer
-
+def open_planned(
+    options: ModelOptions, *, paced: bool
+) -> tuple[LoadPlan, Recognizer, StreamOptions]:
+    """Check every option before any audio is touched, offer to pull a released model not
+    here yet, then load it by the plan (kept by paths that load it again elsewhere: Ray)."""
     feed = stream_options(options, paced=paced)
-    backend, _ = backend_and_device(options)
+    backend_and_device(options)
     entry = chosen_backend(options)  # once: the options are parsed by it, and it loads
-    engine = engine_options(options, entry)
-    verify_model(options)
+    plan = load_plan(options, entry)
     from streamasr.commands.offer import offer_download
 
     offer_download(options.model)
-    recognizer = load_recognizer(options.model, engine, backend, entry)
+    recognizer = plan.load(entry)
     log.info("model: %s", recognizer.description)
+    return plan, recognizer, feed
+
+
+def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOptions]:
+    """The model loaded by the group's plan, and how to feed it (`open_planned`)."""
+    _, recognizer, feed = open_planned(options, paced=paced)
     return recognizer, feed

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import signal
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
+from streamasr.backends.plan import LoadPlan
 from streamasr.commands.common import (
     PunctuateOpt,
     SentenceCaseOpt,
@@ -19,16 +22,19 @@ from streamasr.commands.common import (
     err_console,
     setup_logging,
 )
-from streamasr.commands.options import ModelOptions, build, with_model_options
+from streamasr.commands.options import ModelOptions, with_model_options
 from streamasr.errors import DependencyError, StreamAsrError, UsageError
 from streamasr.extras import install_hint
 from streamasr.finishing import NONE, Finishing, load_finishing
+from streamasr.server.limits import Security, ServerLimits
 from streamasr.server.reach import Exposure, bracketed, exposure_warning, openable
+from streamasr.stream import StreamOptions
 
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
-    from streamasr.server.limits import Security, ServerLimits
     from streamasr.server.rooms import RoomOptions
+
+log = logging.getLogger("streamasr")
 
 
 def check_server_packages() -> None:
@@ -45,6 +51,98 @@ def check_server_packages() -> None:
     if missing:
         needs = " and ".join(missing)
         raise DependencyError(f"streamasr serve needs {needs}: {install_hint('serve')}")
+
+
+_LIMITS = ServerLimits()
+
+HostOpt = Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")]
+PortOpt = Annotated[int, typer.Option(help="TCP port; 0 picks a free one (printed on stderr).")]
+MaxConnectionsOpt = Annotated[
+    int, typer.Option(help="Open WebSocket sessions at most; more are refused (1013).")
+]
+MaxSessionOpt = Annotated[float, typer.Option(help="Wall-clock seconds one connection may last.")]
+IdleTimeoutOpt = Annotated[
+    float, typer.Option(help="A connection that sends nothing this long is closed.")
+]
+HandshakeTimeoutOpt = Annotated[
+    float, typer.Option(help="Seconds to open the WebSocket and send the first config.")
+]
+MaxFrameOpt = Annotated[
+    int, typer.Option(help="Largest WebSocket message; larger ones close with 1009.")
+]
+MaxQueuedOpt = Annotated[
+    float,
+    typer.Option(
+        help="Audio received but not yet decoded, per connection; past it the "
+        "server stops reading that client until the engine catches up."
+    ),
+]
+SendQueueOpt = Annotated[
+    int, typer.Option(help="Events a client may leave unread before it is closed (1008).")
+]
+MaxBatchOpt = Annotated[int, typer.Option(help="Streams in one batched engine step.")]
+MaxWaitOpt = Annotated[
+    float, typer.Option(help="How long an engine step waits for more streams to batch.")
+]
+GraceOpt = Annotated[
+    float,
+    typer.Option(
+        help="After SIGTERM, how long open sessions may go on before their input is "
+        "ended and their finals sent."
+    ),
+]
+TokenFileOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="File whose first line is the bearer token clients must send (else "
+        "$STREAMASR_TOKEN; neither: no token)."
+    ),
+]
+AllowOriginOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Browser origin allowed to connect (repeat for more), e.g. "
+        "https://captions.example; clients that send no Origin are always allowed."
+    ),
+]
+CertfileOpt = Annotated[
+    str | None, typer.Option(help="TLS certificate (PEM): serve wss:// and https://.")
+]
+KeyfileOpt = Annotated[
+    str | None, typer.Option(help="TLS private key (PEM), if not in --certfile.")
+]
+MaxViewersOpt = Annotated[
+    int, typer.Option(help="Viewers of one room at most (/rooms/NAME); more are refused.")
+]
+RoomHistoryOpt = Annotated[
+    int,
+    typer.Option(
+        help="Finals a room keeps (at most 30 minutes' worth) for viewers who join "
+        "late or reconnect."
+    ),
+]
+PublishTokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="File whose first line is the token a session must send to publish to a "
+        "room (it is also let in on /ws); none: any session may publish."
+    ),
+]
+ViewTokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="File whose first line is the token viewers must send (?token=); none: "
+        "viewing is open."
+    ),
+]
+WorkersOpt = Annotated[
+    int,
+    typer.Option(
+        help="Server processes, each with its own model, sharing the port (one per "
+        "core); --max-connections is shared out among them."
+    ),
+]
+Ready = Callable[[list[tuple[str, int]]], None]
 
 
 MAX_WORKERS = 256
@@ -93,25 +191,70 @@ def say_reach(addresses: list[tuple[str, int]], page: str, exposure: Exposure) -
         err_console.print(f"[red]warning:[/red] {escape(warning)}", highlight=False)
 
 
-def load_server(
+@dataclass(frozen=True)
+class ServerSetup:
+    """What every server process builds its server from, checked before the model loads:
+    the model's loading plan, the sessions' default feed, the limits and guards."""
+
+    plan: LoadPlan
+    feed: StreamOptions
+    limits: ServerLimits
+    security: Security
+    per_message: bool  # no feed block given anywhere: each message fed as it comes
+    finish_args: tuple[str | None, bool] = (None, False)  # --punctuate, --sentence-case
+    rooms: RoomOptions | None = None
+
+
+def prepare(
     model_options: ModelOptions,
     limits: ServerLimits,
     security: Security,
-    per_message: bool,
-    finishing: Finishing = NONE,
-    rooms: RoomOptions | None = None,
+    rooms: RoomOptions | None,
+    finish_args: tuple[str | None, bool],
+) -> tuple[ServerSetup, Finishing]:
+    """The setup every server process shares, and the finishing (punctuation model loaded
+    before the speech model): every model option checked here, once, whatever --workers
+    says, and a released model not here yet offered for download."""
+    from streamasr.commands.offer import offer_download
+    from streamasr.commands.options import (
+        backend_and_device,
+        chosen_backend,
+        load_plan,
+        stream_options,
+    )
+
+    if model_options.vad_gate:
+        raise UsageError(
+            "--vad-gate ends and reopens a stream at each gap, which serve's batched "
+            "steps cannot; use it with file, mic or bench (--vad and --vad-end work here)"
+        )
+    # no feed block given anywhere: feed each message as it comes
+    per_message = model_options.block_ms is None
+    model_options = live_defaults(model_options)
+    finishing = load_finishing(*finish_args)
+    feed = stream_options(model_options, paced=False)
+    backend_and_device(model_options)
+    plan = load_plan(model_options, chosen_backend(model_options))
+    offer_download(model_options.model)
+    setup = ServerSetup(plan, feed, limits, security, per_message, finish_args, rooms)
+    return setup, finishing
+
+
+def load_server(
+    setup: ServerSetup, finishing: Finishing = NONE, limits: ServerLimits | None = None
 ) -> StreamServer:
-    """Load the model and put a server over it. Once it is loaded, the steps' freed blocks
-    are reused instead of mapped anew each step (commands/memory.py)."""
+    """Load the model by the plan and put a server over it. Once it is loaded, the steps'
+    freed blocks are reused instead of mapped anew each step (commands/memory.py)."""
     from streamasr.commands.memory import reuse_freed_blocks
     from streamasr.server.app import StreamServer
 
-    recognizer, options = build(model_options, paced=False)
+    recognizer = setup.plan.load()
+    log.info("model: %s", recognizer.description)
     reuse_freed_blocks()
     return StreamServer(
-        recognizer, options, limits, security, per_message=per_message, finishing=finishing,
-        rooms=rooms
-    )
+        recognizer, setup.feed, limits or setup.limits, setup.security,
+        per_message=setup.per_message, finishing=finishing, rooms=setup.rooms,
+    )  # fmt: skip
 
 
 def room_options(
@@ -144,39 +287,19 @@ def room_options(
 
 
 def serve_workers(
-    workers: int,
-    host: str,
-    port: int,
-    model_options: ModelOptions,
-    limits: ServerLimits,
-    security: Security,
-    ready: Callable[[list[tuple[str, int]]], None],
-    per_message: bool,
-    finish_args: tuple[str | None, bool] = (None, False),
+    workers: int, host: str, port: int, setup: ServerSetup, ready: Ready
 ) -> int | None:
-    """--workers N: check the options here, then N processes load the model and serve."""
-    from streamasr.backends.registry import choose_backend
-    from streamasr.commands.options import (
-        backend_and_device,
-        check_engine_fit,
-        engine_options,
-        stream_options,
-    )
+    """--workers N: N processes load the model by the plan and serve."""
     from streamasr.server.app import run_server
     from streamasr.server.workers import run_workers
 
-    # what build() checks before it loads: a bad option is a usage error here, once
-    stream_options(model_options, paced=False)
-    engine_options(model_options)
-    backend, _ = backend_and_device(model_options)
-    check_engine_fit(model_options, choose_backend(model_options.model, backend).name)
     share = dataclasses.replace(
-        limits, max_connections=max(1, -(-limits.max_connections // workers))
+        setup.limits, max_connections=max(1, -(-setup.limits.max_connections // workers))
     )
 
     def serve_in_worker(sock: socket.socket, worker_ready: Callable[[], None]) -> int | None:
-        finishing = load_finishing(*finish_args)  # each process its own punctuation model
-        server = load_server(model_options, share, security, per_message, finishing)
+        finishing = load_finishing(*setup.finish_args)  # each process its own punctuation model
+        server = load_server(setup, finishing, share)
         return run_server(server, None, None, lambda _: worker_ready(), sock)
 
     try:
@@ -185,209 +308,148 @@ def serve_workers(
         raise StreamAsrError(str(exc)) from None
 
 
+def server_limits(
+    max_connections: int, max_session_s: float, idle_timeout_s: float,
+    handshake_timeout_s: float, max_frame_bytes: int, max_queued_audio_s: float,
+    send_queue: int, max_batch: int, max_wait_ms: float, grace_s: float,
+) -> ServerLimits:  # fmt: skip
+    """The limits given, range-checked."""
+    from streamasr.server.limits import check_limits
+
+    return check_limits(
+        ServerLimits(
+            max_connections=max_connections, max_session_s=max_session_s,
+            idle_timeout_s=idle_timeout_s, handshake_timeout_s=handshake_timeout_s,
+            max_frame_bytes=max_frame_bytes, max_queued_audio_s=max_queued_audio_s,
+            send_queue_events=send_queue, max_batch=max_batch, max_wait_ms=max_wait_ms,
+            grace_s=grace_s,
+        )
+    )  # fmt: skip
+
+
+def server_security(
+    token_file: str | None, allow_origin: list[str] | None, certfile: str | None,
+    keyfile: str | None,
+) -> Security:  # fmt: skip
+    """The token, allowed origins and TLS files; a bad certificate is a usage error before
+    the model loads."""
+    from streamasr.server.limits import check_tls, load_token
+
+    check_tls(certfile, keyfile)
+    security = Security(
+        token=load_token(token_file), origins=tuple(allow_origin or ()), certfile=certfile,
+        keyfile=keyfile,
+    )  # fmt: skip
+    security.ssl_context()
+    return security
+
+
+def ready_lines(security: Security) -> Ready:
+    """What is said once the port is open: each address listened on, then its reach."""
+    tls = security.certfile is not None
+    scheme, page = ("wss", "https") if tls else ("ws", "http")
+
+    def ready(addresses: list[tuple[str, int]]) -> None:
+        for bound_host, bound_port in addresses:
+            shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+            err_console.print(
+                f"streamasr serve: listening on {scheme}://{shown}:{bound_port}/ws "
+                f"(page {page}://{shown}:{bound_port}/, metrics /metrics)",
+                highlight=False,
+            )
+        say_reach(addresses, page, Exposure(token=security.token is not None, tls=tls))
+        err_console.file.flush()
+
+    return ready
+
+
+def listen(
+    setup: ServerSetup, finishing: Finishing, host: str, port: int, workers: int
+) -> int | None:
+    """Load and serve until stopped (the stop signal's number; None if none came)."""
+    ready = ready_lines(setup.security)
+    try:
+        if workers == 1:
+            from streamasr.server.app import run_server
+
+            return run_server(load_server(setup, finishing), host, port, ready)
+        return serve_workers(workers, host, port, setup, ready)
+    except OSError as exc:
+        raise StreamAsrError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another "
+            "--port (0: any free one) or stop what holds it"
+        ) from None
+
+
+def say_stopped(stopped_by: int | None) -> None:
+    """One line when a signal stopped the server; Ctrl-C exits 130."""
+    if stopped_by == signal.SIGINT:
+        err_console.print("interrupted; open sessions were flushed", highlight=False)
+        raise typer.Exit(130)
+    if stopped_by is not None:
+        err_console.print("stopped; open sessions were flushed", highlight=False)
+
+
+def check_port_and_workers(port: int, workers: int | None = None) -> None:
+    """--port and --workers in range."""
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port}: use 0-65535 (0 picks a free port)")
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise UsageError(f"--workers {workers}: use 1 to {MAX_WORKERS}")
+
+
+def serve_command(
+    model_options: ModelOptions,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 6006,
+    max_connections: MaxConnectionsOpt = _LIMITS.max_connections,
+    max_session_s: MaxSessionOpt = _LIMITS.max_session_s,
+    idle_timeout_s: IdleTimeoutOpt = _LIMITS.idle_timeout_s,
+    handshake_timeout_s: HandshakeTimeoutOpt = _LIMITS.handshake_timeout_s,
+    max_frame_bytes: MaxFrameOpt = _LIMITS.max_frame_bytes,
+    max_queued_audio_s: MaxQueuedOpt = _LIMITS.max_queued_audio_s,
+    send_queue: SendQueueOpt = _LIMITS.send_queue_events,
+    max_batch: MaxBatchOpt = _LIMITS.max_batch,
+    max_wait_ms: MaxWaitOpt = _LIMITS.max_wait_ms,
+    grace_s: GraceOpt = _LIMITS.grace_s,
+    token_file: TokenFileOpt = None,
+    allow_origin: AllowOriginOpt = None,
+    certfile: CertfileOpt = None,
+    keyfile: KeyfileOpt = None,
+    max_viewers: MaxViewersOpt = 1000,
+    room_history: RoomHistoryOpt = 1000,
+    publish_token_file: PublishTokenOpt = None,
+    view_token_file: ViewTokenOpt = None,
+    workers: WorkersOpt = 1,
+    sentence_case: SentenceCaseOpt = False,
+    punctuate: PunctuateOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Serve the model over WebSocket: many clients, one engine, batched steps.
+
+    Sessions default to live captions: each audio message fed as it comes (cut at
+    100 ms) and 0.3 s of tail padding. --block-ms (fixed blocks) and --tail-padding
+    change that, and each session may ask for its own. --punctuate and --sentence-case
+    finish every session's finals unless it asks otherwise.
+    """
+    setup_logging(verbose)
+    with cli_errors():
+        check_server_packages()
+        check_port_and_workers(port)
+        limits = server_limits(
+            max_connections, max_session_s, idle_timeout_s, handshake_timeout_s,
+            max_frame_bytes, max_queued_audio_s, send_queue, max_batch, max_wait_ms, grace_s,
+        )  # fmt: skip
+        security = server_security(token_file, allow_origin, certfile, keyfile)
+        check_port_and_workers(port, workers)
+        rooms = room_options(max_viewers, room_history, publish_token_file, view_token_file,
+                             workers)
+        setup, finishing = prepare(model_options, limits, security, rooms,
+                                   (punctuate, sentence_case))
+        stopped_by = listen(setup, finishing, host, port, workers)
+    say_stopped(stopped_by)
+
+
 def register(app: typer.Typer) -> None:
     """Add the `serve` command."""
-    from streamasr.server.limits import ServerLimits
-
-    d = ServerLimits()
-
-    @app.command("serve")
-    @with_model_options(help_for=SERVE_HELP)
-    def serve_command(
-        model_options: ModelOptions,
-        host: Annotated[
-            str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")
-        ] = "127.0.0.1",
-        port: Annotated[
-            int, typer.Option(help="TCP port; 0 picks a free one (printed on stderr).")
-        ] = 6006,
-        max_connections: Annotated[
-            int, typer.Option(help="Open WebSocket sessions at most; more are refused (1013).")
-        ] = d.max_connections,
-        max_session_s: Annotated[
-            float, typer.Option(help="Wall-clock seconds one connection may last.")
-        ] = d.max_session_s,
-        idle_timeout_s: Annotated[
-            float, typer.Option(help="A connection that sends nothing this long is closed.")
-        ] = d.idle_timeout_s,
-        handshake_timeout_s: Annotated[
-            float,
-            typer.Option(help="Seconds to open the WebSocket and send the first config."),
-        ] = d.handshake_timeout_s,
-        max_frame_bytes: Annotated[
-            int, typer.Option(help="Largest WebSocket message; larger ones close with 1009.")
-        ] = d.max_frame_bytes,
-        max_queued_audio_s: Annotated[
-            float,
-            typer.Option(
-                help="Audio received but not yet decoded, per connection; past it the "
-                "server stops reading that client until the engine catches up."
-            ),
-        ] = d.max_queued_audio_s,
-        send_queue: Annotated[
-            int,
-            typer.Option(help="Events a client may leave unread before it is closed (1008)."),
-        ] = d.send_queue_events,
-        max_batch: Annotated[
-            int, typer.Option(help="Streams in one batched engine step.")
-        ] = d.max_batch,
-        max_wait_ms: Annotated[
-            float,
-            typer.Option(help="How long an engine step waits for more streams to batch."),
-        ] = d.max_wait_ms,
-        grace_s: Annotated[
-            float,
-            typer.Option(
-                help="After SIGTERM, how long open sessions may go on before their input is "
-                "ended and their finals sent."
-            ),
-        ] = d.grace_s,
-        token_file: Annotated[
-            str | None,
-            typer.Option(
-                help="File whose first line is the bearer token clients must send (else "
-                "$STREAMASR_TOKEN; neither: no token)."
-            ),
-        ] = None,
-        allow_origin: Annotated[
-            list[str] | None,
-            typer.Option(
-                help="Browser origin allowed to connect (repeat for more), e.g. "
-                "https://captions.example; clients that send no Origin are always allowed."
-            ),
-        ] = None,
-        certfile: Annotated[
-            str | None, typer.Option(help="TLS certificate (PEM): serve wss:// and https://.")
-        ] = None,
-        keyfile: Annotated[
-            str | None, typer.Option(help="TLS private key (PEM), if not in --certfile.")
-        ] = None,
-        max_viewers: Annotated[
-            int, typer.Option(help="Viewers of one room at most (/rooms/NAME); more are refused.")
-        ] = 1000,
-        room_history: Annotated[
-            int,
-            typer.Option(
-                help="Finals a room keeps (at most 30 minutes' worth) for viewers who join "
-                "late or reconnect."
-            ),
-        ] = 1000,
-        publish_token_file: Annotated[
-            str | None,
-            typer.Option(
-                help="File whose first line is the token a session must send to publish to a "
-                "room (it is also let in on /ws); none: any session may publish."
-            ),
-        ] = None,
-        view_token_file: Annotated[
-            str | None,
-            typer.Option(
-                help="File whose first line is the token viewers must send (?token=); none: "
-                "viewing is open."
-            ),
-        ] = None,
-        workers: Annotated[
-            int,
-            typer.Option(
-                help="Server processes, each with its own model, sharing the port (one per "
-                "core); --max-connections is shared out among them."
-            ),
-        ] = 1,
-        sentence_case: SentenceCaseOpt = False,
-        punctuate: PunctuateOpt = None,
-        verbose: VerboseOpt = False,
-    ) -> None:
-        """Serve the model over WebSocket: many clients, one engine, batched steps.
-
-        Sessions default to live captions: each audio message fed as it comes (cut at
-        100 ms) and 0.3 s of tail padding. --block-ms (fixed blocks) and --tail-padding
-        change that, and each session may ask for its own. --punctuate and --sentence-case
-        finish every session's finals unless it asks otherwise.
-        """
-        setup_logging(verbose)
-        # no feed block given anywhere: feed each message as it comes
-        per_message = model_options.block_ms is None
-        model_options = live_defaults(model_options)
-        from streamasr.server.limits import (
-            Security,
-            ServerLimits,
-            check_limits,
-            check_tls,
-            load_token,
-        )
-
-        with cli_errors():
-            check_server_packages()
-            if not 0 <= port <= 65535:
-                raise UsageError(f"--port {port}: use 0-65535 (0 picks a free port)")
-            limits = check_limits(
-                ServerLimits(
-                    max_connections=max_connections,
-                    max_session_s=max_session_s,
-                    idle_timeout_s=idle_timeout_s,
-                    handshake_timeout_s=handshake_timeout_s,
-                    max_frame_bytes=max_frame_bytes,
-                    max_queued_audio_s=max_queued_audio_s,
-                    send_queue_events=send_queue,
-                    max_batch=max_batch,
-                    max_wait_ms=max_wait_ms,
-                    grace_s=grace_s,
-                )
-            )
-            check_tls(certfile, keyfile)
-            security = Security(
-                token=load_token(token_file),
-                origins=tuple(allow_origin or ()),
-                certfile=certfile,
-                keyfile=keyfile,
-            )
-            security.ssl_context()  # a bad certificate is a usage error before the model loads
-            if not 1 <= workers <= MAX_WORKERS:
-                raise UsageError(f"--workers {workers}: use 1 to {MAX_WORKERS}")
-            rooms = room_options(
-                max_viewers, room_history, publish_token_file, view_token_file, workers
-            )
-            if model_options.vad_gate:
-                raise UsageError(
-                    "--vad-gate ends and reopens a stream at each gap, which serve's batched "
-                    "steps cannot; use it with file, mic or bench (--vad and --vad-end work here)"
-                )
-            finishing = load_finishing(punctuate, sentence_case)  # before the speech model
-            scheme = "wss" if certfile else "ws"
-            page = "https" if certfile else "http"
-
-            def ready(addresses: list[tuple[str, int]]) -> None:
-                for bound_host, bound_port in addresses:
-                    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-                    err_console.print(
-                        f"streamasr serve: listening on {scheme}://{shown}:{bound_port}/ws "
-                        f"(page {page}://{shown}:{bound_port}/, metrics /metrics)",
-                        highlight=False,
-                    )
-                say_reach(addresses, page, Exposure(token=security.token is not None,
-                                                    tls=certfile is not None))
-                err_console.file.flush()
-
-            try:
-                if workers == 1:
-                    from streamasr.server.app import run_server
-
-                    server = load_server(
-                        model_options, limits, security, per_message, finishing, rooms
-                    )
-                    stopped_by = run_server(server, host, port, ready)
-                else:
-                    stopped_by = serve_workers(
-                        workers, host, port, model_options, limits, security, ready,
-                        per_message, (punctuate, sentence_case),
-                    )
-            except OSError as exc:
-                raise StreamAsrError(
-                    f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another "
-                    "--port (0: any free one) or stop what holds it"
-                ) from None
-        if stopped_by == signal.SIGINT:
-            err_console.print("interrupted; open sessions were flushed", highlight=False)
-            raise typer.Exit(130)
-        if stopped_by is not None:
-            err_console.print("stopped; open sessions were flushed", highlight=False)
+    app.command("serve")(with_model_options(help_for=SERVE_HELP)(serve_command))

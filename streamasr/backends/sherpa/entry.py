@@ -6,11 +6,11 @@ entry whether it recognises a model before one is loaded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from streamasr.backends.base import BackendEntry, EngineOptions, Recognizer
+from streamasr.backends.base import BackendEntry, BackendInfo, EngineOptions, Recognizer
 from streamasr.backends.sherpa.options import OPTIONS, SherpaSettings
 
 NAME = "sherpa-onnx"
@@ -24,6 +24,28 @@ def _load(model: str | None, options: EngineOptions) -> Recognizer:
     own = SherpaSettings.of(options)
     files = resolve_model(model, own.chunk, prefer_int8=not own.fp32)
     return SherpaRecognizer(files, options)
+
+
+def _batching_note(settings: Sequence[tuple[str, BackendInfo]]) -> str | None:
+    """int8 batches are not bit-exact: which settings, and --fp32 only where every int8 file
+    has an fp32 twin (elsewhere --fp32 is refused)."""
+    from streamasr.backends.sherpa.modeldir import has_fp32_export, int8_files
+
+    int8 = [(name, info) for name, info in settings if int8_files(info.model_files)]
+    if not int8:
+        return None
+    fp32_there = all(has_fp32_export(info.model_files) for _, info in int8)
+    advice = (
+        "Use --fp32 for exact batching"
+        if fp32_there
+        else "This model has no fp32 export: use --streams 1 for exact rows"
+    )
+    return (
+        f"note: the int8 encoder ({', '.join(name for name, _ in int8)}) quantises "
+        "activations with one scale per batch: batch companions can move a token time or "
+        "change a word, so the batched rows are not bit-exact with one stream (the "
+        f"one-stream rows are). {advice}; see docs/performance.md"
+    )
 
 
 def _recognises(model: str | None) -> bool:
@@ -86,4 +108,5 @@ BACKEND = BackendEntry(
     arithmetic=_arithmetic,
     prepare_folder=_prepare_folder,
     describe=_describe,
+    batching_note=_batching_note,
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
@@ -111,7 +112,7 @@ def resolve_model(
             "Pick one of those, or export the model again with that chunk size"
         )
     encoder, meta = by_chunk[chosen]
-    if not prefer_int8 and ".int8." in encoder.name:
+    if not prefer_int8 and int8_files([encoder]):
         raise ModelMismatchError(
             f"--fp32: model {directory.name} has only int8 files for chunk {chosen} "
             f"({encoder.name}); drop --fp32, or add the fp32 export"
@@ -280,10 +281,20 @@ def _model_directory(model: str | None) -> Path:
     )
 
 
+def int8_files(paths: Iterable[Path]) -> list[Path]:
+    """The int8 files of an export (`*.int8.onnx`): the precision rule, here only."""
+    return [p for p in paths if ".int8." in p.name]
+
+
+def has_fp32_export(paths: Iterable[Path]) -> bool:
+    """Whether every int8 file among `paths` has its fp32 twin beside it (what --fp32 needs)."""
+    return all((p.parent / p.name.replace(".int8.", ".")).is_file() for p in int8_files(paths))
+
+
 def _prefer_precision(paths: list[Path], prefer_int8: bool) -> list[Path]:
     """Keep int8 files when asked and present (per export), else the fp32 ones."""
-    int8 = [p for p in paths if ".int8." in p.name]
-    fp32 = [p for p in paths if ".int8." not in p.name]
+    int8 = int8_files(paths)
+    fp32 = [p for p in paths if p not in int8]
     if prefer_int8 and int8:
         return int8
     return fp32 or int8
