@@ -71,9 +71,9 @@ def streamasr_file(model: str, path: str, block_s: float, threads: int) -> dict[
     from streamasr.backends.base import EngineOptions
     from streamasr.backends.sherpa.engine import SherpaRecognizer
     from streamasr.backends.sherpa.modeldir import resolve_model
-    from streamasr.file_stream import stream_file
-    from streamasr.render import TextRenderer
-    from streamasr.stream import StreamOptions
+    from streamasr.output.render import TextRenderer
+    from streamasr.session.file_stream import stream_file
+    from streamasr.session.stream import StreamOptions
 
     recognizer = SherpaRecognizer(resolve_model(model), EngineOptions(threads=threads))
     with open(os.devnull, "w") as sink:

@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 from streamasr.backends.base import EngineOptions  # noqa: E402
 from streamasr.backends.sherpa.engine import SherpaRecognizer  # noqa: E402
 from streamasr.backends.sherpa.modeldir import resolve_model  # noqa: E402
-from streamasr.batch import step_all  # noqa: E402
 from streamasr.bench.report import cpu_model  # noqa: E402
-from streamasr.stream import StreamSession  # noqa: E402
+from streamasr.session.batch import step_all  # noqa: E402
+from streamasr.session.stream import StreamSession  # noqa: E402
 
 FULL = ROOT / "build" / "full" / "full-random-en"
 RATE = 16000

@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import tts  # noqa: E402  (scripts/tts.py)
 
-from streamasr.captions import MAX_CPS, MAX_CUE_S, MIN_CUE_S, MIN_CUE_WORDS  # noqa: E402
-from streamasr.tokens import split_words  # noqa: E402
+from streamasr.text.captions import MAX_CPS, MAX_CUE_S, MIN_CUE_S, MIN_CUE_WORDS  # noqa: E402
+from streamasr.text.tokens import split_words  # noqa: E402
 
 ROOM_S = 0.05  # silence left after a cue that counts as room it could have used
 

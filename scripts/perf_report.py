@@ -113,7 +113,7 @@ def run_bare(engine: Any, samples: np.ndarray, block: int) -> list[float]:
 
 def run_ours(recognizer: Any, samples: np.ndarray, block: int) -> list[float]:
     """streamasr's loop (StreamSession, as `streamasr file` runs it)."""
-    from streamasr.stream import StreamSession
+    from streamasr.session.stream import StreamSession
 
     session = StreamSession(recognizer, RATE, "perf")
     steps = []
@@ -232,7 +232,7 @@ def child_startup(kind: str, precision: str, seconds: float) -> None:
         while engine.is_ready(stream):
             engine.decode_stream(stream)
     else:
-        from streamasr.stream import StreamSession
+        from streamasr.session.stream import StreamSession
 
         recognizer = ours_engine(precision, 1)
         session = StreamSession(recognizer, RATE, "perf")

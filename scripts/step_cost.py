@@ -110,7 +110,7 @@ def long_audio(minutes: float) -> np.ndarray:
 def whole_hypothesis(stream: Any) -> Any:
     """SherpaStream.hypothesis as it was: every step re-reads and re-spaces the whole text."""
     from streamasr.backends.base import Hypothesis
-    from streamasr.tokens import assemble, tidy_spacing
+    from streamasr.text.tokens import assemble, tidy_spacing
 
     result = stream.engine.get_result_all(stream.stream)
     start = float(result.start_time)
@@ -143,8 +143,8 @@ def run_session(recognizer: Any, samples: np.ndarray, block: int, variant: str) 
     list[float], int, list[float]
 ]:
     from streamasr.backends.base import EndpointOptions
-    from streamasr.render import JsonlRenderer
-    from streamasr.stream import StreamOptions, StreamSession
+    from streamasr.output.render import JsonlRenderer
+    from streamasr.session.stream import StreamOptions, StreamSession
 
     options = StreamOptions(endpoint=EndpointOptions(enabled=False))
     session = StreamSession(recognizer, RATE, "long.wav", options)

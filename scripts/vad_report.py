@@ -43,8 +43,8 @@ import tts  # noqa: E402  (scripts/tts.py)
 from streamasr.backends.base import EndpointOptions, EngineOptions  # noqa: E402
 from streamasr.backends.sherpa.engine import SherpaRecognizer  # noqa: E402
 from streamasr.backends.sherpa.modeldir import resolve_model  # noqa: E402
-from streamasr.events import Final  # noqa: E402
-from streamasr.stream import StreamOptions, StreamSession  # noqa: E402
+from streamasr.session.events import Final  # noqa: E402
+from streamasr.session.stream import StreamOptions, StreamSession  # noqa: E402
 from streamasr.vad import VadFrontEnd, VadOptions  # noqa: E402
 
 RATE = tts.SAMPLE_RATE

@@ -19,9 +19,9 @@ import numpy as np
 from streamasr.backends import registry
 from streamasr.backends.base import BackendInfo, EngineOptions, Recognizer
 from streamasr.backends.plan import make_plan
-from streamasr.driver import Collected, drive, stream_events
-from streamasr.events import Event, StreamSummary
-from streamasr.stream import StreamOptions, StreamSession
+from streamasr.session.driver import Collected, drive, stream_events
+from streamasr.session.events import Event, StreamSummary
+from streamasr.session.stream import StreamOptions, StreamSession
 
 
 @dataclass

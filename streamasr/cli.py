@@ -153,14 +153,14 @@ def run(args: list[str] | None = None) -> int:
     """Run one command line and return its exit status; every failure ends in one line.
 
     Beyond what Typer does: SIGINT, SIGTERM and SIGHUP stop a run like Ctrl-C (exit 130,
-    143, 129), even while the main thread is stuck in an engine step (streamasr/interrupts.py);
+    143, 129), even while the main thread is stuck in an engine step (session/interrupts.py);
     a write to a closed or full stdout is a one-line error with exit 1, and so is a file name
     longer than the system allows.
     """
-    from streamasr import interrupts
     from streamasr.commands.common import report_error, silence_stdout
     from streamasr.commands.memory import return_large_blocks
     from streamasr.errors import OutputError, StreamAsrError
+    from streamasr.session import interrupts
 
     return_large_blocks()  # before any model load: its freed blocks leave the process
     interrupts.install(report_error)

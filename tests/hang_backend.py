@@ -4,7 +4,7 @@ It is the energy backend (one token per burst) until the stream has decoded
 `STREAMASR_TEST_HANG_AT_S` seconds of audio (default 4); the next step locks a pthread mutex
 it already holds. That call never returns, releases the GIL like a real engine's compute
 call, and no Python signal handler can run in the thread that made it, so only the stop
-watcher (streamasr/interrupts.py) can end the process. When `STREAMASR_TEST_HANG_MARKER`
+watcher (streamasr/session/interrupts.py) can end the process. When `STREAMASR_TEST_HANG_MARKER`
 names a file, the step writes it just before hanging, so a test knows when to send its signal.
 
 Loaded as `--backend hang_backend:BACKEND` with this folder on PYTHONPATH, model `hang`.

@@ -21,8 +21,8 @@ import soundfile as sf
 
 from streamasr.backends.base import Hypothesis
 from streamasr.errors import BackendError
-from streamasr.render import JsonlRenderer
-from streamasr.stream import check_hypothesis
+from streamasr.output.render import JsonlRenderer
+from streamasr.session.stream import check_hypothesis
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -121,7 +121,7 @@ def test_jsonl_renderer_never_writes_nan() -> None:
     import io
 
     from streamasr.errors import StreamAsrError
-    from streamasr.events import StreamSummary
+    from streamasr.session.events import StreamSummary
 
     out = io.StringIO()
     renderer = JsonlRenderer(out)
@@ -209,7 +209,7 @@ def test_files_written_by_output_dir_hold_no_control_characters(
 
 
 def test_every_control_character_is_kept_from_people_and_kept_for_programs() -> None:
-    from streamasr.printable import json_escaped, printable
+    from streamasr.text.printable import json_escaped, printable
 
     controls = "".join(map(chr, [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]))
     text = f"a{controls}b \u00e9\u4e2d [x]"

@@ -21,7 +21,7 @@ import streamasr
 from streamasr.backends.base import BackendInfo, EngineOptions
 from streamasr.backends.registry import choose_backend, find_backend, load_recognizer
 from streamasr.errors import UsageError
-from streamasr.events import Final
+from streamasr.session.events import Final
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -137,9 +137,9 @@ def test_mic_runs_the_test_backend_from_an_injected_source() -> None:
 
     from streamasr.commands.mic import terminal_output
     from streamasr.commands.options import ModelOptions, build
-    from streamasr.live import run_capture
-    from streamasr.mic import MicSource
-    from streamasr.render import JsonlRenderer
+    from streamasr.devices.live import run_capture
+    from streamasr.devices.mic import MicSource
+    from streamasr.output.render import JsonlRenderer
 
     recognizer, options = build(ModelOptions(model=MODEL, backend=BACKEND), paced=True)
     assert recognizer.info.backend == "energy"

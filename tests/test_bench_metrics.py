@@ -22,7 +22,7 @@ from streamasr.bench.metrics import (
     total_counts,
 )
 from streamasr.errors import UsageError
-from streamasr.events import Endpoint, Final, FirstToken, Partial
+from streamasr.session.events import Endpoint, Final, FirstToken, Partial
 
 # ---- normalisation and error counts -------------------------------------------------------
 
@@ -82,7 +82,7 @@ def test_cer_on_mixed_text_counts_letters_too() -> None:
 
 def kind(tokens: Path) -> str:
     """The token type a backend declares for this token list (BackendInfo.token_type)."""
-    from streamasr.tokens import read_vocabulary
+    from streamasr.text.tokens import read_vocabulary
 
     return read_vocabulary(str(tokens)).token_type
 

@@ -24,7 +24,7 @@ from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.bench.datasets import load_dataset
 from streamasr.bench.runner import RunOptions, run_batched, run_sequential, run_utterance
 from streamasr.commands import bench as bench_commands
-from streamasr.stream import StreamOptions
+from streamasr.session.stream import StreamOptions
 
 REPO = Path(__file__).resolve().parent.parent
 RANDOM = ["--model", "tiny-random-transducer"]

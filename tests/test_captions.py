@@ -14,7 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streamasr.captions import (
+from streamasr.session.events import Final
+from streamasr.text.captions import (
     MAX_CUE_S,
     MAX_LINE_CHARS,
     Cue,
@@ -26,8 +27,7 @@ from streamasr.captions import (
     sentence_case,
     words_of,
 )
-from streamasr.events import Final
-from streamasr.tokens import split_words
+from streamasr.text.tokens import split_words
 
 REPO = Path(__file__).resolve().parent.parent
 CLIPS = REPO / "models" / "tiny-en" / "test_wavs"

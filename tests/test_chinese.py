@@ -191,9 +191,9 @@ def test_mic_session_on_mandarin_matches_the_file_run(model: str, tmp_path: Path
     from streamasr.backends.sherpa.engine import SherpaRecognizer
     from streamasr.backends.sherpa.modeldir import resolve_model
     from streamasr.commands.mic import SessionOutput, run_capture
-    from streamasr.mic import AudioWriter, MicSource
-    from streamasr.render import JsonlRenderer
-    from streamasr.stream import StreamOptions
+    from streamasr.devices.mic import AudioWriter, MicSource
+    from streamasr.output.render import JsonlRenderer
+    from streamasr.session.stream import StreamOptions
 
     wav48 = tmp_path / "zh-48k.wav"
     subprocess.run(["sox", str(CLIPS[1]), "-r", "48000", "-c", "2", str(wav48)], check=True)

@@ -15,8 +15,8 @@ from pathlib import Path
 import streamasr
 from streamasr.audio import FileSource
 from streamasr.backends.base import EndpointOptions
-from streamasr.events import Endpoint, Final
-from streamasr.stream import StreamOptions
+from streamasr.session.events import Endpoint, Final
+from streamasr.session.stream import StreamOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 WAV = ROOT / "models" / "tiny-en" / "test_wavs" / "0.wav"

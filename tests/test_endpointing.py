@@ -13,7 +13,7 @@ import soundfile as sf
 from streamasr.backends.base import EndpointOptions, Hypothesis
 from streamasr.backends.sherpa.engine import SherpaStream
 from streamasr.backends.sherpa.modeldir import resolve_model
-from streamasr.endpointing import Endpointer
+from streamasr.session.endpointing import Endpointer
 
 REPO = Path(__file__).resolve().parent.parent
 CLIPS = REPO / "models" / "tiny-en" / "test_wavs"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from warm_nemo import WarmNemo
 
-from streamasr.tokens import split_words
+from streamasr.text.tokens import split_words
 
 REPO = Path(__file__).resolve().parent.parent
 NEMO_MODEL = "models/tiny-nemo-streaming/tiny-nemo-streaming.nemo"

@@ -15,7 +15,7 @@ import jiwer
 import pytest
 
 from streamasr.backends.sherpa.hotwords import check_phrases, fold_case, read_phrases, token_case
-from streamasr.tokens import WORD_BOUNDARY, Vocabulary, read_vocabulary
+from streamasr.text.tokens import WORD_BOUNDARY, Vocabulary, read_vocabulary
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"

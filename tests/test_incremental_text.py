@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from streamasr.backends.base import EngineOptions
 from streamasr.backends.registry import load_recognizer
 from streamasr.backends.sherpa.engine import SherpaRecognizer, SherpaStream
-from streamasr.prefix import Prefix
-from streamasr.tokens import (
+from streamasr.text.prefix import Prefix
+from streamasr.text.tokens import (
     WORD_BOUNDARY,
     PieceText,
     SpacedText,
@@ -198,7 +198,7 @@ def test_every_step_matches_whole_hypothesis_assembly(model: str, method: str) -
             assert hyp.unchanged_tokens == _slow_shared(list(previous), list(hyp.tokens))
             revised += hyp.unchanged_tokens < len(previous)
             # greedy search: this step's tokens are the previous step's list, appended to in
-            # place, not a copy of the whole segment (streamasr.prefix)
+            # place, not a copy of the whole segment (streamasr.text.prefix)
             shared += isinstance(hyp.tokens, Prefix) and hyp.tokens.shares_storage(previous)
             taken.append((hyp.tokens, tuple(hyp.tokens)))
             texts += bool(hyp.text)

@@ -19,6 +19,7 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 from warm_nemo import WarmNemo
 
+from streamasr.analysis.latency import chunk_budget, measure_engine, with_measurement
 from streamasr.backends.nemo.budget import nemo_budget
 from streamasr.backends.sherpa.budget import (
     PUBLISHED_ALIASES,
@@ -31,7 +32,6 @@ from streamasr.backends.sherpa.budget import (
 from streamasr.backends.sherpa.onnx_meta import read_encoder_metadata
 from streamasr.commands.latency import register
 from streamasr.errors import ModelError, UsageError
-from streamasr.latency import chunk_budget, measure_engine, with_measurement
 
 
 def ms(budget, key: str) -> float:

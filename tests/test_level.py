@@ -21,16 +21,16 @@ from pulse_fixture import PulseServer, pulse_server
 from rich.console import Console
 from test_mic import HEADSET, factory
 
+from streamasr.audio.level import FULL_SCALE, LevelMeter, LevelOptions, dbfs, peak_dbfs
 from streamasr.backends.base import EngineOptions
 from streamasr.backends.sherpa.engine import SherpaRecognizer
 from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.commands.mic import terminal_output
-from streamasr.events import Partial, StreamSummary
-from streamasr.level import FULL_SCALE, LevelMeter, LevelOptions, dbfs, peak_dbfs
-from streamasr.live import run_capture
-from streamasr.mic import MicSource
-from streamasr.render import JsonlRenderer, LiveRenderer, meter_text
-from streamasr.stream import StreamOptions
+from streamasr.devices.live import run_capture
+from streamasr.devices.mic import MicSource
+from streamasr.output.render import JsonlRenderer, LiveRenderer, meter_text
+from streamasr.session.events import Partial, StreamSummary
+from streamasr.session.stream import StreamOptions
 
 __all__ = ["pulse_server"]  # the fixture, imported for pytest
 

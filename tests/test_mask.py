@@ -15,9 +15,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from streamasr.commands.latency import register
-from streamasr.errors import UsageError
-from streamasr.mask import (
+from streamasr.analysis.mask import (
     MAX_LAYERS,
     MAX_STEPS,
     UNLIMITED,
@@ -32,6 +30,8 @@ from streamasr.mask import (
     regular_mask,
     validate_att_context_size,
 )
+from streamasr.commands.latency import register
+from streamasr.errors import UsageError
 
 
 def matrix(text: str) -> np.ndarray:

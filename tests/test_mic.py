@@ -26,18 +26,18 @@ from streamasr.audio import FileSource
 from streamasr.backends.sherpa.engine import SherpaRecognizer
 from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.commands.mic import format_devices, terminal_output
-from streamasr.errors import DependencyError, DeviceError, OutputError, UsageError
-from streamasr.events import FirstToken
-from streamasr.live import first_token_p50_ms, run_capture
-from streamasr.mic import (
+from streamasr.devices.live import first_token_p50_ms, run_capture
+from streamasr.devices.mic import (
     AudioWriter,
     DeviceInfo,
     MicSource,
     list_input_devices,
     select_device,
 )
-from streamasr.render import JsonlRenderer
-from streamasr.stream import StreamOptions, StreamSession
+from streamasr.errors import DependencyError, DeviceError, OutputError, UsageError
+from streamasr.output.render import JsonlRenderer
+from streamasr.session.events import FirstToken
+from streamasr.session.stream import StreamOptions, StreamSession
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -433,7 +433,7 @@ def test_saved_audio_survives_a_crash_up_to_the_last_block(tmp_path: Path) -> No
     path = tmp_path / "crash.wav"
     code = (
         "import os, numpy as np\n"
-        "from streamasr.mic import AudioWriter\n"
+        "from streamasr.devices.mic import AudioWriter\n"
         f"w = AudioWriter({str(path)!r}, 48000)\n"
         "for i in range(5):\n"
         "    w.write(np.full(4800, i / 10, dtype=np.float32))\n"
@@ -579,7 +579,7 @@ def test_missing_portaudio_or_sounddevice_is_advice_not_a_traceback(
 
 
 def test_load_sounddevice_maps_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    from streamasr import mic
+    from streamasr.devices import mic
 
     monkeypatch.setitem(sys.modules, "sounddevice", None)  # import raises ImportError
     with pytest.raises(DependencyError, match="pip install sounddevice"):
@@ -635,11 +635,11 @@ def test_the_core_loop_writes_nothing_to_the_terminal_by_itself(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """streamasr.live without the command's output: events to the renderer, messages to the
+    """streamasr.devices.live without the command's output: events to the renderer, messages to the
     "streamasr" logger (or a say callback), nothing printed."""
     import logging
 
-    from streamasr.live import SessionOutput
+    from streamasr.devices.live import SessionOutput
 
     source = MicSource(HEADSET, recognizer.chunk_s, stream_factory=factory(speech_48k_stereo))
     shown = io.StringIO()

@@ -20,7 +20,7 @@ import soundfile as sf
 
 from streamasr.backends.nemo.engine import NemoRecognizer
 from streamasr.errors import ModelError
-from streamasr.stream import StreamOptions, StreamSession
+from streamasr.session.stream import StreamOptions, StreamSession
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 STREAMING = MODELS / "tiny-nemo-streaming" / "tiny-nemo-streaming.nemo"

@@ -16,7 +16,7 @@ import pytest
 import soundfile as sf
 
 from streamasr.bench.span import SpanDetector
-from streamasr.onset import OnsetDetector, OnsetOptions
+from streamasr.vad.onset import OnsetDetector, OnsetOptions
 
 REPO = Path(__file__).resolve().parent.parent
 WAVS = REPO / "models" / "tiny-en" / "test_wavs"

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from streamasr.onset import (
+from streamasr.vad.onset import (
     CONFIRM_WINDOW_FRAMES,
     FLOOR_RISE_DB_PER_S,
     FRAME_S,
@@ -31,7 +31,7 @@ FLOOR_TOLERANCE_DB = 1e-9  # float rounding, not a rule change (1e-7 in the RMS 
 
 
 class Reference:
-    """The rule of streamasr/onset.py, one 10 ms frame at a time."""
+    """The rule of streamasr/vad/onset.py, one 10 ms frame at a time."""
 
     def __init__(self, sample_rate: int, options: OnsetOptions) -> None:
         self.options = options

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from streamasr.tokens import read_vocabulary
+from streamasr.text.tokens import read_vocabulary
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from streamasr.events import Final, Partial
-from streamasr.render import JsonlRenderer
+from streamasr.output.render import JsonlRenderer
+from streamasr.session.events import Final, Partial
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"

@@ -357,7 +357,7 @@ def test_a_huge_hotword_list_is_refused_at_once(tmp_path: Path, content: str, sa
 
 def test_long_lists_are_checked_in_linear_time() -> None:
     from streamasr.backends.sherpa.hotwords import check_phrases
-    from streamasr.tokens import read_vocabulary
+    from streamasr.text.tokens import read_vocabulary
 
     vocabulary = read_vocabulary(TINY_EN / "tokens.txt")
     phrases = tuple(f"THE CAR {'ON ' * (i % 7)}FRIDAY" for i in range(60_000))
@@ -446,7 +446,7 @@ def test_hotwords_without_a_usable_temporary_folder_is_one_error(
 
     from streamasr.backends.sherpa.hotwords import engine_hotword_options
     from streamasr.errors import OutputError
-    from streamasr.tokens import read_vocabulary
+    from streamasr.text.tokens import read_vocabulary
 
     words = tmp_path / "hot.txt"
     words.write_text("FRIDAY\n", encoding="utf-8")

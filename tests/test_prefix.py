@@ -1,6 +1,6 @@
 """Prefix snapshots behave as the tuples of their items, and never change once handed out.
 
-A hypothesis' tokens are snapshots of a list appended to in place (streamasr.prefix); every
+A hypothesis' tokens are snapshots of a list appended to in place (streamasr.text.prefix); every
 consumer (renderers, JSONL, finals, other processes) must see what a tuple would give it.
 """
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamasr.events import Partial
-from streamasr.prefix import Growing, Prefix
-from streamasr.tokens import shared_prefix_len
+from streamasr.session.events import Partial
+from streamasr.text.prefix import Growing, Prefix
+from streamasr.text.tokens import shared_prefix_len
 
 WORDS = st.lists(st.sampled_from(["▁A", "B", "▁C", "<0xE4>", ""]), max_size=6)
 # an operation: ("extend", items) or ("replace", keep, items), keep taken modulo the length

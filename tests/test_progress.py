@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from streamasr.progress import ProgressTracker
+from streamasr.output.progress import ProgressTracker
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "models" / "tiny-en" / "test_wavs"

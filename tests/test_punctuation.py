@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 from test_models_reproducible import assert_same_onnx
 
-from streamasr.captions import Word
-from streamasr.events import Final, Partial, StreamSummary
-from streamasr.punctuation import Punctuator
-from streamasr.render import PunctuationRenderer
+from streamasr.output.punctuation import Punctuator
+from streamasr.output.render import PunctuationRenderer
+from streamasr.session.events import Final, Partial, StreamSummary
+from streamasr.text.captions import Word
 
 REPO = Path(__file__).resolve().parent.parent
 PUNCT = REPO / "models" / "tiny-punct-en"

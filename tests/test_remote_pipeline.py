@@ -20,10 +20,10 @@ import soundfile as sf
 from serve_fixture import CLOCK_FIELDS, ServerProcess, serve
 
 import streamasr
-from streamasr.captions import Word
 from streamasr.errors import InputError
-from streamasr.events import WIRE_VERSION, Final
 from streamasr.server.client import ServerError, event_from_record, with_ws_path
+from streamasr.session.events import WIRE_VERSION, Final
+from streamasr.text.captions import Word
 
 REPO = Path(__file__).resolve().parent.parent
 CLIP = REPO / "models" / "tiny-en" / "test_wavs" / "4.wav"  # THE RIGHT TIME TO ACT

@@ -32,7 +32,7 @@ from streamasr.server.protocol import (
     is_end,
     parse_config,
 )
-from streamasr.stream import StreamOptions
+from streamasr.session.stream import StreamOptions
 
 SERVER_RULES = EndpointOptions()
 
@@ -314,7 +314,7 @@ def test_copies_of_one_stop_signal_count_once(monkeypatch: pytest.MonkeyPatch) -
 
     from streamasr.server import app
     from streamasr.server.limits import Security
-    from streamasr.stream import StreamOptions
+    from streamasr.session.stream import StreamOptions
 
     now = [100.0]
     monkeypatch.setattr(app.time, "monotonic", lambda: now[0])

@@ -16,8 +16,8 @@ import numpy as np
 import streamasr
 from streamasr.api import Model
 from streamasr.audio import FileSource
-from streamasr.events import Event, Final, Partial
-from streamasr.stream import StreamSession
+from streamasr.session.events import Event, Final, Partial
+from streamasr.session.stream import StreamSession
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_EN = ROOT / "models" / "tiny-en"

@@ -1,4 +1,4 @@
-"""The one stepping core (streamasr/batch.py) and the scheduler's event objects.
+"""The one stepping core (streamasr/session/batch.py) and the scheduler's event objects.
 
 A stream stepped alone (the driver's way) and the same stream stepped through the batched
 core make the same events; `streamasr serve`'s scheduler hands its connection event
@@ -19,14 +19,14 @@ import numpy as np
 
 import streamasr
 from streamasr.audio import FileSource
-from streamasr.batch import step_all
-from streamasr.events import WIRE_VERSION, Event, Final, Partial, StreamSummary
-from streamasr.render import JsonlRenderer
+from streamasr.output.render import JsonlRenderer
 from streamasr.server.metrics import Metrics
 from streamasr.server.protocol import SessionConfig
 from streamasr.server.scheduler import Delivered, Scheduler
 from streamasr.server.ws_adapter import WireEncoder
-from streamasr.stream import StreamOptions, StreamSession
+from streamasr.session.batch import step_all
+from streamasr.session.events import WIRE_VERSION, Event, Final, Partial, StreamSummary
+from streamasr.session.stream import StreamOptions, StreamSession
 
 TINY_EN = Path(__file__).resolve().parents[1] / "models" / "tiny-en"
 

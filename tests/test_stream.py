@@ -12,9 +12,9 @@ from streamasr.audio import FileSource
 from streamasr.backends.base import EndpointOptions, EngineOptions
 from streamasr.backends.sherpa.engine import SherpaRecognizer
 from streamasr.backends.sherpa.modeldir import resolve_model
-from streamasr.events import Final, FirstToken, Partial
-from streamasr.onset import OnsetDetector
-from streamasr.stream import StreamOptions, StreamSession
+from streamasr.session.events import Final, FirstToken, Partial
+from streamasr.session.stream import StreamOptions, StreamSession
+from streamasr.vad.onset import OnsetDetector
 
 
 def recognizer(model: Path, chunk: int | None = None) -> SherpaRecognizer:

@@ -158,18 +158,18 @@ def test_the_graph_reader_sees_module_level_imports_only(tmp_path: Path) -> None
         "from __future__ import annotations\n"
         "from typing import TYPE_CHECKING\n"
         "import streamasr.errors\n"
-        "from streamasr import events\n"
+        "from streamasr.session import events\n"
         "from streamasr.audio import to_mono\n"
-        "try:\n    from streamasr import tokens\nexcept ImportError:\n    pass\n"
-        "if TYPE_CHECKING:\n    from streamasr import stream\n"
-        "class A:\n    from streamasr import captions\n"
+        "try:\n    from streamasr.text import tokens\nexcept ImportError:\n    pass\n"
+        "if TYPE_CHECKING:\n    from streamasr.session import stream\n"
+        "class A:\n    from streamasr.text import captions\n"
         "def f():\n    from streamasr import api\n",
         encoding="utf-8",
     )
     known = set(source_modules())
     assert imported_modules("streamasr.probe", source, known) == {
-        "streamasr.errors", "streamasr.events", "streamasr.audio", "streamasr.tokens",
-        "streamasr.captions",
+        "streamasr.errors", "streamasr.session.events", "streamasr.audio", "streamasr.text.tokens",
+        "streamasr.text.captions",
     }
 
 
@@ -185,14 +185,14 @@ def test_the_full_graph_sees_imports_inside_functions_but_not_type_checking(
     source = tmp_path / "probe.py"
     source.write_text(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from streamasr import stream\n"
+        "if TYPE_CHECKING:\n    from streamasr.session import stream\n"
         "def f():\n    from streamasr import api\n    for _ in ():\n"
-        "        import streamasr.tokens\n    import sherpa_onnx\n",
+        "        import streamasr.text.tokens\n    import sherpa_onnx\n",
         encoding="utf-8",
     )
     known = set(source_modules())
     assert imported_modules("streamasr.probe", source, known, functions=True) == {
-        "streamasr.api", "streamasr.tokens",
+        "streamasr.api", "streamasr.text.tokens",
     }
     assert imported_modules("streamasr.probe", source, known, True, external=True) == {
         "typing", "sherpa_onnx",
@@ -215,22 +215,18 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("entry", frozenset({"__main__", "cli", "streamasr"})),
     ("commands", frozenset({"commands/"})),
     ("services", frozenset({"server/", "cluster/"})),
-    ("runs", frozenset({"bench/", "live", "api"})),
-    ("sessions", frozenset({
-        "driver", "batch", "stream", "endpointing", "vad/", "punctuation", "onset", "render",
-        "render_bars", "progress", "level", "captions", "events", "mic", "mic_devices",
-        "wav_writer", "interrupts", "finishing", "file_stream", "output_dir",
-    })),
+    ("runs", frozenset({"bench/", "api"})),
+    ("sessions", frozenset({"devices/", "output/", "session/", "vad/"})),
     ("engines", frozenset({"backends/"})),
     ("foundations", frozenset({
-        "distribution/", "latency", "mask", "tokens", "prefix", "resample", "cuda", "audio/",
-        "config", "errors", "version", "extras", "printable", "whole_file",
+        "distribution/", "analysis/", "text/", "audio/", "cuda", "config", "errors", "version",
+        "extras", "whole_file",
     })),
 )
 
 #: Engine packages, imported only under backends/ and by the named sherpa-onnx components
 ENGINE_PACKAGES = frozenset({"sherpa_onnx", "nemo", "torch", "onnxruntime"})
-SHERPA_COMPONENTS = frozenset({"streamasr.punctuation", "streamasr.vad.silero"})
+SHERPA_COMPONENTS = frozenset({"streamasr.output.punctuation", "streamasr.vad.silero"})
 
 
 def unit_of(module: str) -> str:

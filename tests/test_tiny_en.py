@@ -19,8 +19,8 @@ from streamasr.backends.base import EndpointOptions, EngineOptions
 from streamasr.backends.sherpa.engine import SherpaRecognizer
 from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.cli import app
-from streamasr.events import Final, FirstToken
-from streamasr.stream import StreamOptions, StreamSession
+from streamasr.session.events import Final, FirstToken
+from streamasr.session.stream import StreamOptions, StreamSession
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "models" / "tiny-en" / "test_wavs"

@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamasr.tokens import (
+from streamasr.text.tokens import (
     WORD_BOUNDARY,
     assemble,
     decode_utf8,

@@ -19,8 +19,8 @@ from streamasr.backends.base import EngineOptions
 from streamasr.backends.sherpa.engine import SherpaRecognizer
 from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.errors import ModelError, UsageError
-from streamasr.events import Endpoint, Final, FirstToken, StreamSummary
-from streamasr.stream import StreamOptions, StreamSession
+from streamasr.session.events import Endpoint, Final, FirstToken, StreamSummary
+from streamasr.session.stream import StreamOptions, StreamSession
 from streamasr.vad import VadFrontEnd, VadOptions, vad_options
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ import soundfile as sf
 from serve_fixture import REPO, clip, comparable, serve
 
 import streamasr
-from streamasr.stream import StreamOptions
+from streamasr.session.stream import StreamOptions
 from streamasr.vad import VadOptions
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import require_tool
 
-from streamasr.tokens import split_words
+from streamasr.text.tokens import split_words
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"

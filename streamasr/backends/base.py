@@ -19,7 +19,7 @@ class Hypothesis:
 
     text: str
     # tuples, or (sherpa-onnx) O(1) snapshots of the segment's append-only lists that
-    # behave as tuples (streamasr.prefix)
+    # behave as tuples (streamasr.text.prefix)
     tokens: Sequence[str] = ()
     token_times_s: Sequence[float] = ()  # absolute audio time of each token
     segment_start_s: float = 0.0
@@ -195,7 +195,7 @@ class BackendEntry:
     devices: tuple[str, ...] = ("cpu",)
     label: str = ""
     lacks: Mapping[str, str] = field(default_factory=dict)
-    # (model, options, measure) -> its LatencyBudget (streamasr.latency), measured if asked;
+    # (model, options, measure) -> its LatencyBudget (analysis/latency.py), measured if asked;
     # None: latency loads the model and derives the budget from what it declares
     budget: Callable[[str | None, EngineOptions, bool], Any] | None = None
     # settings by name (chunk, att_context_size, style, layers, subsampling) -> LatencyBudget

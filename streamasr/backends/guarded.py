@@ -24,7 +24,7 @@ from streamasr.backends.base import (
     RecognizerStream,
 )
 from streamasr.errors import StreamAsrError
-from streamasr.printable import printable
+from streamasr.text.printable import printable
 
 log = logging.getLogger("streamasr")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from streamasr.analysis.latency import LatencyBudget
 from streamasr.backends.nemo.budget import nemo_budget
 from streamasr.backends.sherpa.budget import budget_from_published, published_export
 from streamasr.distribution import catalog
 from streamasr.errors import ModelMismatchError
-from streamasr.latency import LatencyBudget
 
 
 def catalog_budget(name: str, chunk: int | None = None) -> LatencyBudget:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamasr.backends.base import Recognizer
-from streamasr.batch import step_all
-from streamasr.stream import StreamOptions, StreamSession
+from streamasr.session.batch import step_all
+from streamasr.session.stream import StreamOptions, StreamSession
 
 #: Seconds at the start of a probe left out of its figures.
 WARMUP_S = 1.0

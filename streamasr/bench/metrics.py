@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from streamasr.events import Endpoint, Event, Final, FirstToken, Partial
-from streamasr.tokens import is_cjk
+from streamasr.session.events import Endpoint, Event, Final, FirstToken, Partial
+from streamasr.text.tokens import is_cjk
 
 if TYPE_CHECKING:
     from streamasr.backends.base import BackendInfo

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from streamasr.errors import StreamAsrError, UsageError
-from streamasr.printable import json_escaped
+from streamasr.text.printable import json_escaped
 
 RECORDS_NAME = "utterances.jsonl"
 PROBE_NAME = ".streamasr-write-probe"

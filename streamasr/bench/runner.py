@@ -23,14 +23,14 @@ import numpy as np
 
 from streamasr.audio import FileSource
 from streamasr.backends.base import Recognizer
-from streamasr.batch import step_all
 from streamasr.bench.datasets import Utterance
 from streamasr.bench.metrics import ErrorCounts, Stability, Timing, score, stability, timing
 from streamasr.bench.span import SpanDetector
-from streamasr.driver import Collected, Pacing, drive
 from streamasr.errors import InputError, UsageError
-from streamasr.events import Event, Final
-from streamasr.stream import StreamOptions, StreamSession
+from streamasr.session.batch import step_all
+from streamasr.session.driver import Collected, Pacing, drive
+from streamasr.session.events import Event, Final
+from streamasr.session.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
 
@@ -249,7 +249,7 @@ def run_batched(
     """Decode up to `streams` utterances at once with the recognizer's batched step (not
     the driver, whose loop steps one stream: the server's scheduler says why).
 
-    Every stream keeps its own session; only encoder steps are shared (streamasr/batch.py).
+    Every stream keeps its own session; only encoder steps are shared (streamasr/session/batch.py).
     Records come back in dataset order; each carries its share of the batched steps' time.
     """
     if streams < 1:

@@ -1,6 +1,6 @@
 """Speech onset and end of an utterance when the dataset gives no alignments.
 
-Onset: `streamasr.onset.OnsetDetector`, the same detector the live display uses (first loud
+Onset: `streamasr.vad.onset.OnsetDetector`, the same detector the live display uses (first loud
 10 ms frame, 10 dB above the measured noise floor or above `--onset-dbfs`, followed by at
 least 30 ms of such frames within 50 ms).
 End: the end of the last loud 10 ms frame by the same rule. Both see exactly the samples fed
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamasr.onset import OnsetDetector, OnsetOptions
+from streamasr.vad.onset import OnsetDetector, OnsetOptions
 
 
 class SpanDetector:

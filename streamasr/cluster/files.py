@@ -21,8 +21,8 @@ from rich.console import Console
 
 from streamasr.cluster import outputs
 from streamasr.cluster.models import ModelSpec, load_verified, node_name
-from streamasr.events import Event, StreamSummary
-from streamasr.stream import StreamOptions
+from streamasr.session.events import Event, StreamSummary
+from streamasr.session.stream import StreamOptions
 
 if TYPE_CHECKING:
     from streamasr.cluster.driver import RayDriver
@@ -77,9 +77,9 @@ class _Keep:
 def transcribe_file(spec: ModelSpec, job: FileJob) -> FileNote:
     """The task: decode one file into a temporary folder, then rename its outputs into place."""
     from streamasr.errors import InputError
-    from streamasr.file_stream import stream_file
-    from streamasr.finishing import Finishing, finished
-    from streamasr.output_dir import OutputDirRenderer
+    from streamasr.output.finishing import Finishing, finished
+    from streamasr.output.output_dir import OutputDirRenderer
+    from streamasr.session.file_stream import stream_file
 
     state = Path(job.state)
     outputs.note_attempt(state, job.key)

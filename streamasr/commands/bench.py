@@ -20,7 +20,7 @@ from streamasr.commands.common import (
 )
 from streamasr.commands.options import ModelOptions, with_model_options
 from streamasr.errors import DatasetError, UsageError
-from streamasr.render import escape
+from streamasr.output.render import escape
 
 log = logging.getLogger("streamasr")
 MAX_STREAMS = 256  # one batch of utterances in memory at once; far past any CPU's cores
@@ -408,7 +408,7 @@ def run_bench(request: BenchRequest) -> bool:
 
 def _stopped_record(results: list[dict[str, Any]], planned: int) -> dict[str, Any]:
     """Why and where an incomplete results.json ends."""
-    from streamasr.interrupts import signal_name, stopped_by
+    from streamasr.session.interrupts import signal_name, stopped_by
 
     signum = stopped_by()
     return {

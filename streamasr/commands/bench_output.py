@@ -9,7 +9,7 @@ from typing import Any
 from streamasr.backends.base import BackendEntry
 from streamasr.bench.outdir import RECORDS_NAME
 from streamasr.commands.common import err_console
-from streamasr.render import escape
+from streamasr.output.render import escape
 
 
 def show_results(doc: dict[str, Any], out: Path) -> None:

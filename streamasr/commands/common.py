@@ -18,11 +18,8 @@ from rich.console import Console
 
 from streamasr.backends.base import DEFAULT_THREADS, THREADS_MAX, check_threads
 from streamasr.backends.options import check_number
-from streamasr.captions import CueRules
 from streamasr.errors import OutputError, ReaderGone, StreamAsrError, UsageError
-from streamasr.onset import OnsetOptions
-from streamasr.printable import printable
-from streamasr.render import (
+from streamasr.output.render import (
     FORMATS,
     PARTIALS,
     RENDERERS,
@@ -31,6 +28,9 @@ from streamasr.render import (
     escape,
     formats_help,
 )
+from streamasr.text.captions import CueRules
+from streamasr.text.printable import printable
+from streamasr.vad.onset import OnsetOptions
 
 err_console = Console(stderr=True, soft_wrap=True)
 

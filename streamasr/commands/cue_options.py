@@ -22,11 +22,11 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from streamasr import captions
 from streamasr.backends.options import check_number
-from streamasr.captions import CueRules
 from streamasr.commands.common import cli_errors, spliced_parameters
 from streamasr.errors import UsageError
+from streamasr.text import captions
+from streamasr.text.captions import CueRules
 
 F = TypeVar("F", bound=Callable[..., Any])
 _PARAM = "cue_rules"

@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from streamasr.captions import CueRules
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
     ChannelsOpt,
@@ -40,10 +39,11 @@ from streamasr.commands.remote import (
     file_over_server,
 )
 from streamasr.errors import InputError, UsageError
-from streamasr.file_stream import stream_file
-from streamasr.finishing import finished, load_finishing
-from streamasr.output_dir import OutputDirRenderer, check_output_dir, parse_formats
-from streamasr.render import RENDERERS, ProgressDisplay, Renderer
+from streamasr.output.finishing import finished, load_finishing
+from streamasr.output.output_dir import OutputDirRenderer, check_output_dir, parse_formats
+from streamasr.output.render import RENDERERS, ProgressDisplay, Renderer
+from streamasr.session.file_stream import stream_file
+from streamasr.text.captions import CueRules
 
 log = logging.getLogger("streamasr")
 

@@ -94,8 +94,8 @@ def file_on_ray(address: str, paths: list[str], model_options: Any, output_dir: 
     )
     from streamasr.commands.inputs import check_inputs_exist, raw_input_format
     from streamasr.commands.options import open_planned
-    from streamasr.output_dir import check_output_dir, parse_formats
-    from streamasr.render import ProgressDisplay
+    from streamasr.output.output_dir import check_output_dir, parse_formats
+    from streamasr.output.render import ProgressDisplay
 
     with cli_errors():
         check_address(address)
@@ -125,7 +125,7 @@ def run_file_request(request: FileRunRequest, spec: ModelSpec, stream: Any, err:
                      progress: Any | None) -> int:
     """Decode every input on the cluster; the number of inputs that failed."""
     from streamasr.commands.common import report_error
-    from streamasr.render import summary_line
+    from streamasr.output.render import summary_line
 
     driver = start_driver(request.address)
     cluster = driver.info

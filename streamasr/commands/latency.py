@@ -17,6 +17,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from streamasr.analysis.latency import (
+    LatencyBudget,
+    budget_from_info,
+    chunk_budget,
+    measure_engine,
+    with_measurement,
+)
+from streamasr.analysis.mask import (
+    MAX_LAYERS,
+    UNLIMITED,
+)
 from streamasr.backends.base import DEFAULT_THREADS, BackendEntry
 from streamasr.backends.registry import settings_budget
 from streamasr.commands.common import (
@@ -37,17 +48,6 @@ from streamasr.commands.latency_options import (
 from streamasr.commands.options import ModelOptions, with_model_options
 from streamasr.distribution import catalog
 from streamasr.errors import UsageError
-from streamasr.latency import (
-    LatencyBudget,
-    budget_from_info,
-    chunk_budget,
-    measure_engine,
-    with_measurement,
-)
-from streamasr.mask import (
-    MAX_LAYERS,
-    UNLIMITED,
-)
 
 MEASURE_STEPS = 12
 RELEASED_ALIASES = tuple(alias for entry in catalog.CATALOG for alias in entry.aliases)

@@ -9,15 +9,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from streamasr.commands.common import cli_errors
-from streamasr.commands.latency_options import (
-    AttContextOpt,
-    FormatOpt,
-    check_format,
-    stdout_console,
-)
-from streamasr.errors import UsageError
-from streamasr.mask import (
+from streamasr.analysis.mask import (
     STYLES,
     UNLIMITED,
     MaskReport,
@@ -27,6 +19,14 @@ from streamasr.mask import (
     lookahead_steps,
     parse_att_context_size,
 )
+from streamasr.commands.common import cli_errors
+from streamasr.commands.latency_options import (
+    AttContextOpt,
+    FormatOpt,
+    check_format,
+    stdout_console,
+)
+from streamasr.errors import UsageError
 
 VISIBLE, DEEP, MASKED = "■", "▒", "·"
 

@@ -8,7 +8,6 @@ from typing import IO, Annotated
 
 import typer
 
-from streamasr.captions import CueRules
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
     FormatOpt,
@@ -39,10 +38,7 @@ from streamasr.commands.remote import (
     check_room,
     remote_model,
 )
-from streamasr.driver import Session
-from streamasr.errors import DeviceError, OutputError, StreamAsrError, UsageError
-from streamasr.finishing import NONE, Finishing, load_finishing
-from streamasr.live import (  # noqa: F401 - the loop's names stay importable from here
+from streamasr.devices.live import (  # noqa: F401 - the loop's names stay importable from here
     CaptureClock,
     Say,
     SessionOpener,
@@ -51,7 +47,7 @@ from streamasr.live import (  # noqa: F401 - the loop's names stay importable fr
     first_token_p50_ms,
     run_capture,
 )
-from streamasr.mic import (
+from streamasr.devices.mic import (
     DEFAULT_MAX_BACKLOG_S,
     AudioWriter,
     DeviceInfo,
@@ -59,8 +55,12 @@ from streamasr.mic import (
     list_input_devices,
     select_device,
 )
-from streamasr.render import LiveRenderer, Renderer, escape
-from streamasr.stream import StreamOptions
+from streamasr.errors import DeviceError, OutputError, StreamAsrError, UsageError
+from streamasr.output.finishing import NONE, Finishing, load_finishing
+from streamasr.output.render import LiveRenderer, Renderer, escape
+from streamasr.session.driver import Session
+from streamasr.session.stream import StreamOptions
+from streamasr.text.captions import CueRules
 
 log = logging.getLogger("streamasr")
 

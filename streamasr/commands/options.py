@@ -48,9 +48,9 @@ from streamasr.commands.common import (
     onset_options,
     spliced_parameters,
 )
-from streamasr.endpointing import ENDPOINT_SWITCH, RULE_OPTIONS, endpoint_options
 from streamasr.errors import UsageError
-from streamasr.stream import DEFAULT_TAIL_PADDING_S, StreamOptions
+from streamasr.session.endpointing import ENDPOINT_SWITCH, RULE_OPTIONS, endpoint_options
+from streamasr.session.stream import DEFAULT_TAIL_PADDING_S, StreamOptions
 from streamasr.vad import vad_options
 
 log = logging.getLogger("streamasr")

@@ -26,11 +26,11 @@ from streamasr.commands.common import (
     report_error,
 )
 from streamasr.commands.options import ModelOptions
-from streamasr.driver import Pacing, drive
 from streamasr.errors import InputError, UsageError
+from streamasr.session.driver import Pacing, drive
 
 if TYPE_CHECKING:
-    from streamasr.render import Renderer
+    from streamasr.output.render import Renderer
     from streamasr.server.client import RemoteModel
 
 ServerOpt = Annotated[

@@ -25,10 +25,10 @@ from streamasr.commands.common import (
 from streamasr.commands.options import ModelOptions, with_model_options
 from streamasr.errors import DependencyError, StreamAsrError, UsageError
 from streamasr.extras import install_hint
-from streamasr.finishing import NONE, Finishing, load_finishing
+from streamasr.output.finishing import NONE, Finishing, load_finishing
 from streamasr.server.limits import Security, ServerLimits
 from streamasr.server.reach import Exposure, bracketed, exposure_warning, openable
-from streamasr.stream import StreamOptions
+from streamasr.session.stream import StreamOptions
 
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer

@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from streamasr.backends.base import Recognizer
-from streamasr.finishing import NONE, Finishing
+from streamasr.output.finishing import NONE, Finishing
 from streamasr.server import protocol
 from streamasr.server.connection import Connection, Stop
 from streamasr.server.limits import Security, ServerLimits
@@ -34,7 +34,7 @@ from streamasr.server.room_feeds import PREFIX as ROOMS_PREFIX
 from streamasr.server.room_feeds import RoomFeeds
 from streamasr.server.rooms import RoomOptions, Rooms, token_matches
 from streamasr.server.scheduler import Scheduler
-from streamasr.stream import StreamOptions
+from streamasr.session.stream import StreamOptions
 
 log = logging.getLogger("streamasr")
 

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from streamasr.errors import InputError, StreamAsrError
-from streamasr.events import (
+from streamasr.extras import install_hint
+from streamasr.session.events import (
     EVENT_TYPES,
     WIRE_VERSION,
     Event,
@@ -33,8 +34,7 @@ from streamasr.events import (
     StreamSummary,
     event_from_dict,
 )
-from streamasr.extras import install_hint
-from streamasr.stream import DEFAULT_TAIL_PADDING_S
+from streamasr.session.stream import DEFAULT_TAIL_PADDING_S
 
 #: What a local model's stream uses unless told otherwise: feed blocks of one chunk, the
 #: default tail padding (so a RemoteModel gives its events whatever the server's defaults).
@@ -149,7 +149,7 @@ class RemoteModel:
 
     def session(self, sample_rate: int, name: str = "", realtime: bool = False) -> RemoteSession:
         """One utterance stream on this connection with a StreamSession's face (`feed`,
-        `finish`, `run`, `summary`), for the one driver (`streamasr.driver.drive`)."""
+        `finish`, `run`, `summary`), for the one driver (`streamasr.session.driver.drive`)."""
         self.last_summary = None
         return RemoteSession(self, sample_rate, name, realtime)
 
@@ -180,7 +180,7 @@ class RemoteModel:
 class RemoteSession:
     """One utterance stream on a RemoteModel's connection, fed like a local StreamSession.
 
-    Why: `streamasr mic --server` runs the live loop (streamasr.live: saving, level meter,
+    Why: `streamasr mic --server` runs the live loop (streamasr.devices.live: saving, level meter,
     backlog warnings, the flush on Ctrl-C) through the one driver, which feeds a session
     block by block and finishes it on every exit path; this is that session, decoded by
     the server. `feed` sends a block and returns the events already sent back; `finish`

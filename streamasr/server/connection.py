@@ -17,7 +17,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from streamasr.render import jsonl_line
+from streamasr.output.render import jsonl_line
 from streamasr.server import protocol
 from streamasr.server.protocol import ProtocolError
 from streamasr.server.rooms import Publishing, presented_token

@@ -13,7 +13,7 @@ A client, over one WebSocket connection:
 4. receives, as JSON text messages, exactly the objects `streamasr file --format jsonl`
    prints: `partial`, `first_token`, `endpoint`, `final` while the audio streams, and the
    last `final` and a `summary` after the end, each with the wire version first
-   (`"v": 1`, streamasr.events.WIRE_VERSION);
+   (`"v": 1`, streamasr.session.events.WIRE_VERSION);
 5. may then send a new config for the next utterance, or close.
 
 A message that breaks the protocol raises ProtocolError with the WebSocket close code and a
@@ -32,9 +32,9 @@ import numpy as np
 
 from streamasr.audio import MAX_RATE_HZ, MIN_RATE_HZ
 from streamasr.backends.base import EndpointOptions
-from streamasr.endpointing import RULE_S_RANGE
 from streamasr.errors import InputError
-from streamasr.stream import StreamOptions
+from streamasr.session.endpointing import RULE_S_RANGE
+from streamasr.session.stream import StreamOptions
 
 FORMATS: dict[str, np.dtype] = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
 MAX_CHANNELS = 8

@@ -308,10 +308,10 @@ def transcript(room: Room, fmt: str) -> str:
     """The room's kept finals as `streamasr file --format FMT` writes them (same cue rules)."""
     from rich.console import Console
 
-    from streamasr.captions import Word
-    from streamasr.events import Final
-    from streamasr.render import SubtitleRenderer, TextRenderer
+    from streamasr.output.render import SubtitleRenderer, TextRenderer
     from streamasr.server.client import event_from_record
+    from streamasr.session.events import Final
+    from streamasr.text.captions import Word
 
     out = io.StringIO()
     quiet = Console(file=io.StringIO())

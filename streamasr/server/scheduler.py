@@ -27,7 +27,7 @@ block is fed (the tail padding after the last one, once the input ended) only wh
 more is ready: `streamasr file`'s order, so its events. With 100 ms messages and a 320 ms
 chunk that is one round per engine step, not one per message.
 
-Events leave as event objects (streamasr/events.py; the summary last), finished (punctuation,
+Events leave as event objects (session/events.py; the summary last), finished (punctuation,
 casing) and handed to the utterance's `deliver` callback on the event loop; the transport
 encodes them (server/ws_adapter.py: the JSON lines of `streamasr file --format jsonl`).
 
@@ -53,13 +53,13 @@ from typing import Any
 import numpy as np
 
 from streamasr.backends.base import Recognizer
-from streamasr.batch import after_engine_step, engine_step
-from streamasr.events import Event, FirstToken, StreamSummary
-from streamasr.finishing import NONE, Finishing, finished
-from streamasr.render import Renderer
+from streamasr.output.finishing import NONE, Finishing, finished
+from streamasr.output.render import Renderer
 from streamasr.server.metrics import Metrics
 from streamasr.server.protocol import CLOSE_INVALID, MESSAGE, ProtocolError, SessionConfig
-from streamasr.stream import StreamOptions, StreamSession
+from streamasr.session.batch import after_engine_step, engine_step
+from streamasr.session.events import Event, FirstToken, StreamSummary
+from streamasr.session.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
 

@@ -1,6 +1,6 @@
 """The WebSocket transport's encoding: the scheduler's event objects as JSON lines.
 
-The scheduler delivers events (streamasr/events.py) and, last, the summary; this adapter
+The scheduler delivers events (streamasr/session/events.py) and, last, the summary; this adapter
 makes each the record `streamasr file --format jsonl` prints, with the wire version (`"v"`,
 events.WIRE_VERSION) first and the session's `partials` choice (full or delta), and each
 record its line. The connection sends the lines and hands the records to its room, if any
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import io
 
-from streamasr.events import WIRE_VERSION, StreamSummary
-from streamasr.render import JsonlRenderer
+from streamasr.output.render import JsonlRenderer
 from streamasr.server.protocol import SessionConfig
 from streamasr.server.scheduler import Delivered
+from streamasr.session.events import WIRE_VERSION, StreamSummary
 
 #: One event's or summary's JSON object, as written on the wire.
 Record = dict[str, object]

@@ -1,4 +1,4 @@
-"""The energy detector (streamasr.onset, 10 dB over the measured floor) as a VAD.
+"""The energy detector (streamasr.vad.onset, 10 dB over the measured floor) as a VAD.
 
 Its starts are the onset detector's own, so `--vad energy` gives the onsets streamasr has
 always reported. Speech ends when no frame was loud for `min_silence_s`; the detector is
@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamasr.onset import CONFIRM_WINDOW_FRAMES, FRAME_S, WARMUP_S, OnsetDetector, OnsetOptions
 from streamasr.vad.base import SpeechTrack, VadOptions
+from streamasr.vad.onset import (
+    CONFIRM_WINDOW_FRAMES,
+    FRAME_S,
+    WARMUP_S,
+    OnsetDetector,
+    OnsetOptions,
+)
 
 DEFAULT_ONSET = OnsetOptions()
 

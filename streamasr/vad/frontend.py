@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from streamasr.errors import UsageError
-from streamasr.onset import OnsetOptions
 from streamasr.vad.base import DETECTORS, SpeechDetector, VadOptions
 from streamasr.vad.gate import Piece, SilenceGate
+from streamasr.vad.onset import OnsetOptions
 
 DEFAULT_ONSET = OnsetOptions()
 

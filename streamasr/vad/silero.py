@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from streamasr.audio.resample import StreamResampler
 from streamasr.errors import ModelError
-from streamasr.resample import StreamResampler
 from streamasr.vad.base import SpeechTrack, VadOptions
 from streamasr.whole_file import MIB, check_file, read_whole
 

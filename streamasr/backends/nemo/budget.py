@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from streamasr.analysis.latency import ZERO_COMPUTE_NOTE, BudgetLine, LatencyBudget, _num
+from streamasr.analysis.mask import UNLIMITED, validate_att_context_size
 from streamasr.errors import UsageError
-from streamasr.latency import ZERO_COMPUTE_NOTE, BudgetLine, LatencyBudget, _num
-from streamasr.mask import UNLIMITED, validate_att_context_size
 
 
 def nemo_budget(

@@ -76,8 +76,8 @@ def _recognises(model: str | None) -> bool:
 def _arithmetic(settings: Mapping[str, Any]) -> object:
     """NeMo's arithmetic for `att_context_size=[L, R]` alone (no model read); defaults follow
     NeMo's shipped cache-aware config (17 layers, 8x subsampling)."""
+    from streamasr.analysis.mask import parse_att_context_size
     from streamasr.backends.nemo.budget import nemo_budget
-    from streamasr.mask import parse_att_context_size
 
     given = settings.get("att_context_size")
     if given is None:

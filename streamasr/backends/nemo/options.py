@@ -20,7 +20,7 @@ MAX_CONTEXT = 100_000  # encoder steps (80 ms each): far past any trained contex
 def att_context_size(given: Any) -> tuple[int, int]:
     """`70,1` or `[70, 1]` (or a pair from a library caller) as a trained look-ahead L,R:
     the grammar of `latency` and `mask` too; a model's look-ahead is never unlimited."""
-    from streamasr.mask import parse_att_context_size
+    from streamasr.analysis.mask import parse_att_context_size
 
     if isinstance(given, (tuple, list)):
         given = ",".join(str(v) for v in given)

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from streamasr.audio.resample import StreamResampler
 from streamasr.backends.base import Hypothesis
 from streamasr.backends.nemo.features import IncrementalMel
-from streamasr.resample import StreamResampler
 
 if TYPE_CHECKING:
     from streamasr.backends.nemo.engine import NemoRecognizer

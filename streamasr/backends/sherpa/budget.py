@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from streamasr.analysis.latency import ZERO_COMPUTE_NOTE, BudgetLine, LatencyBudget, _num
 from streamasr.backends.sherpa.onnx_meta import EncoderMetadata
 from streamasr.distribution import catalog
 from streamasr.errors import ModelError, ModelMismatchError, UsageError
-from streamasr.latency import ZERO_COMPUTE_NOTE, BudgetLine, LatencyBudget, _num
 
 FBANK_SHIFT_MS = 10.0  # 100 Hz feature frames
 FBANK_WINDOW_MS = 25.0

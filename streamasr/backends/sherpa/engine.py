@@ -21,8 +21,8 @@ from streamasr.backends.base import (
 from streamasr.backends.sherpa.modeldir import ModelFiles
 from streamasr.backends.sherpa.options import MAX_ACTIVE_PATHS, SherpaSettings
 from streamasr.errors import ModelError, UsageError
-from streamasr.prefix import Growing, Prefix
-from streamasr.tokens import (
+from streamasr.text.prefix import Growing, Prefix
+from streamasr.text.tokens import (
     APPEND_CHECK,
     AssembledText,
     PieceText,
@@ -140,7 +140,7 @@ class SherpaRecognizer:
             num_threads=threads,
             sample_rate=ENGINE_SAMPLE_RATE,
             feature_dim=80,
-            # endpointing is the core's (streamasr/endpointing.py), the same for every engine
+            # endpointing is the core's (session/endpointing.py), the same for every engine
             enable_endpoint_detection=False,
             decoding_method=own.decoding_method,
         )
@@ -238,7 +238,7 @@ class SherpaStream:
         self.stream = engine.create_stream()
         self._announced_rate = ENGINE_SAMPLE_RATE
         # byte-level models: the engine's text is not whole characters, so text is built
-        # from the token pieces (see streamasr.tokens)
+        # from the token pieces (see streamasr.text.tokens)
         self._from_pieces = vocabulary is not None and vocabulary.token_type == "byte"
         # greedy search only appends to a hypothesis; beam search may revise earlier pieces.
         # Either way text is assembled only from what changed since the previous step.
@@ -247,7 +247,7 @@ class SherpaStream:
         self._spaced_text = SpacedText(append_only)
         self._finished = False
         # the segment's pieces and times, appended to in place while greedy search only
-        # appends: each step's Hypothesis holds an O(1) snapshot (streamasr.prefix)
+        # appends: each step's Hypothesis holds an O(1) snapshot (streamasr.text.prefix)
         self._piece_list: Growing[str] = Growing()
         self._time_list: Growing[float] = Growing()
         self._last_start = float("nan")  # segment start of the times in _time_list

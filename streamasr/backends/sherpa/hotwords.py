@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamasr.errors import OutputError, UsageError
-from streamasr.tokens import WORD_BOUNDARY, Vocabulary, byte_value, is_cjk
+from streamasr.text.tokens import WORD_BOUNDARY, Vocabulary, byte_value, is_cjk
 from streamasr.whole_file import read_whole
 
 # With the engine's default 4 active paths a word the model scores low never enters the

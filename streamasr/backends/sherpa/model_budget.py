@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from streamasr.analysis.latency import LatencyBudget, measure_engine, with_measurement
 from streamasr.backends.base import EngineOptions
 from streamasr.backends.released import catalog_budget
 from streamasr.backends.sherpa.budget import budget_from_metadata
@@ -15,7 +16,6 @@ from streamasr.backends.sherpa.options import SherpaSettings
 from streamasr.distribution import cache, catalog
 from streamasr.distribution.local_models import list_bundled
 from streamasr.errors import ModelError, UsageError
-from streamasr.latency import LatencyBudget, measure_engine, with_measurement
 
 MEASURE_STEPS = 12
 

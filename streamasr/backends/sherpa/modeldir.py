@@ -330,7 +330,7 @@ def _partner(onnx_files: list[Path], role: str, encoder: Path, prefer_int8: bool
 def describe_folder(directory: Path) -> FolderFacts:
     """Facts of a sherpa-onnx model folder (`models list`), read without loading weights;
     unknown where its files do not say or cannot be read."""
-    from streamasr.tokens import read_vocabulary
+    from streamasr.text.tokens import read_vocabulary
 
     try:
         files = resolve_model(str(directory))

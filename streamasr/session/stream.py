@@ -15,15 +15,15 @@ from typing import TypeVar
 
 import numpy as np
 
+from streamasr.audio.resample import StreamResampler
 from streamasr.backends.base import EndpointOptions, Hypothesis, Recognizer, RecognizerStream
-from streamasr.batch import step_alone
-from streamasr.endpointing import Endpointer
 from streamasr.errors import BackendError
-from streamasr.events import Endpoint, Event, Final, FirstToken, Partial, StreamSummary
-from streamasr.onset import OnsetDetector, OnsetOptions
-from streamasr.prefix import Prefix
-from streamasr.resample import StreamResampler
+from streamasr.session.batch import step_alone
+from streamasr.session.endpointing import Endpointer
+from streamasr.session.events import Endpoint, Event, Final, FirstToken, Partial, StreamSummary
+from streamasr.text.prefix import Prefix
 from streamasr.vad import Piece, VadFrontEnd, VadOptions
+from streamasr.vad.onset import OnsetDetector, OnsetOptions
 
 DEFAULT_TAIL_PADDING_S = 0.66
 EventT = TypeVar("EventT", bound=Event)

@@ -3,7 +3,7 @@
 Why one chain: a final is punctuated or sentence-cased the same way whether it was decoded
 here, by a `streamasr serve` elsewhere, on a Ray task or inside the server for its own
 sessions, so every source works with every renderer and every output format. The source
-hands typed events (streamasr.events); the chain rewrites finals (text and words);
+hands typed events (streamasr.session.events); the chain rewrites finals (text and words);
 the renderer writes them. Partials pass through: only committed text is finished.
 """
 
@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from streamasr.render import PunctuationRenderer, Renderer, SentenceCaseRenderer
+from streamasr.output.render import PunctuationRenderer, Renderer, SentenceCaseRenderer
 
 if TYPE_CHECKING:
-    from streamasr.punctuation import Punctuator
+    from streamasr.output.punctuation import Punctuator
 
 log = logging.getLogger("streamasr")
 
@@ -53,7 +53,7 @@ def load_punctuator(value: str | None, sentence_case: bool) -> Punctuator | None
     the model's own casing wins."""
     if value is None:
         return None
-    from streamasr import punctuation
+    from streamasr.output import punctuation
 
     punctuator = punctuation.load(value)
     if sentence_case:

@@ -18,7 +18,15 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from streamasr.captions import (
+from streamasr.audio.level import LevelReading
+from streamasr.errors import StreamAsrError
+from streamasr.output.render_bars import (  # noqa: F401 - the bars stay importable from here
+    ProgressDisplay,
+    meter_text,
+    progress_table,
+)
+from streamasr.session.events import Event, Final, FirstToken, Partial, StreamSummary
+from streamasr.text.captions import (
     CueRules,
     CueStats,
     Word,
@@ -28,16 +36,8 @@ from streamasr.captions import (
     respelled,
     sentence_case,
 )
-from streamasr.errors import StreamAsrError
-from streamasr.events import Event, Final, FirstToken, Partial, StreamSummary
-from streamasr.level import LevelReading
-from streamasr.printable import json_escaped, printable
-from streamasr.render_bars import (  # noqa: F401 - the bars stay importable from here
-    ProgressDisplay,
-    meter_text,
-    progress_table,
-)
-from streamasr.tokens import shared_prefix_len, split_words
+from streamasr.text.printable import json_escaped, printable
+from streamasr.text.tokens import shared_prefix_len, split_words
 
 #: How JSONL writes partials: each whole ("full"), or what changed since the previous one
 PARTIALS = ("full", "delta")

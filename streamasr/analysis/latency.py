@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from streamasr.analysis.mask import UNLIMITED
 from streamasr.errors import ModelError, UsageError
-from streamasr.mask import UNLIMITED
 
 if TYPE_CHECKING:  # types only: engines build budgets from this module
     from streamasr.backends.base import BackendInfo, Recognizer

@@ -26,7 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from streamasr.tokens import is_cjk, join_words, piece_words, split_words
+from streamasr.text.tokens import is_cjk, join_words, piece_words, split_words
 
 WORD_TAIL_S = 0.5
 MAX_LINE_CHARS = 42

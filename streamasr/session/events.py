@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
-from streamasr.captions import Word, words_of
-from streamasr.prefix import Prefix
-from streamasr.tokens import split_words
+from streamasr.text.captions import Word, words_of
+from streamasr.text.prefix import Prefix
+from streamasr.text.tokens import split_words
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -66,7 +66,7 @@ class Partial(Event):
     kind: ClassVar[str] = "partial"
     text: str
     # a tuple, or an O(1) snapshot of the segment's tokens that behaves as one (equal to,
-    # hashing and pickling as the tuple of its items: streamasr.prefix)
+    # hashing and pickling as the tuple of its items: streamasr.text.prefix)
     tokens: Sequence[str] = ()
     token_times_s: Sequence[float] = ()
 

@@ -13,10 +13,10 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from streamasr.events import Event, Final, Partial
-from streamasr.level import LevelReading
-from streamasr.printable import printable
-from streamasr.progress import ProgressReading, ProgressTracker
+from streamasr.audio.level import LevelReading
+from streamasr.output.progress import ProgressReading, ProgressTracker
+from streamasr.session.events import Event, Final, Partial
+from streamasr.text.printable import printable
 
 METER_FLOOR_DBFS = -60.0
 METER_CELLS = 30

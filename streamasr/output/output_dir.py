@@ -18,11 +18,17 @@ from typing import IO, cast
 from rich.console import Console
 
 from streamasr.audio import STDIN_NAME
-from streamasr.captions import CueRules
 from streamasr.errors import OutputError, UsageError
-from streamasr.events import Event, StreamSummary
-from streamasr.printable import printable
-from streamasr.render import RENDERERS, Renderer, RenderTarget, SubtitleRenderer, summary_line
+from streamasr.output.render import (
+    RENDERERS,
+    Renderer,
+    RenderTarget,
+    SubtitleRenderer,
+    summary_line,
+)
+from streamasr.session.events import Event, StreamSummary
+from streamasr.text.captions import CueRules
+from streamasr.text.printable import printable
 
 # --format name -> file extension
 FILE_FORMATS = {"txt": "txt", "text": "txt", "jsonl": "jsonl", "srt": "srt", "vtt": "vtt"}

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamasr.errors import ModelError
-from streamasr.prefix import Prefix
+from streamasr.text.prefix import Prefix
 
 WORD_BOUNDARY = "\u2581"
 TOKEN_TYPES = ("word", "bpe", "cjkchar", "cjkchar+bpe", "byte")
@@ -318,7 +318,7 @@ def shared_prefix_len(old: Sequence[object], new: Sequence[object], append_only:
     """
     size = len(old)
     if isinstance(old, Prefix) and old.shares_storage(new):
-        return min(size, len(new))  # prefixes of one append-only list (streamasr.prefix)
+        return min(size, len(new))  # prefixes of one append-only list (streamasr.text.prefix)
     if len(new) >= size:
         if append_only:
             tail = max(0, size - APPEND_CHECK)

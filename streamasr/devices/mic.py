@@ -20,9 +20,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from streamasr.audio import to_mono
+from streamasr.devices.mic_devices import (
+    DeviceInfo,
+    list_input_devices,
+    load_sounddevice,
+    select_device,
+)
+from streamasr.devices.wav_writer import AudioWriter
 from streamasr.errors import DeviceError, UsageError
-from streamasr.mic_devices import DeviceInfo, list_input_devices, load_sounddevice, select_device
-from streamasr.wav_writer import AudioWriter
 
 __all__ = [  # devices and saving live in their own modules; these names stay importable here
     "AudioWriter", "DeviceInfo", "list_input_devices", "load_sounddevice", "select_device",

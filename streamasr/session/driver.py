@@ -22,10 +22,10 @@ from typing import Protocol
 
 import numpy as np
 
-from streamasr import interrupts
 from streamasr.audio import paced
-from streamasr.events import Event, StreamSummary
-from streamasr.stream import StreamSession
+from streamasr.session import interrupts
+from streamasr.session.events import Event, StreamSummary
+from streamasr.session.stream import StreamSession
 
 #: A block filter: what to feed for one block from the source (an empty array feeds nothing).
 BlockFilter = Callable[[np.ndarray], np.ndarray]

@@ -19,16 +19,16 @@ from typing import IO, Literal
 
 import numpy as np
 
-from streamasr import interrupts
+from streamasr.audio.level import LevelMeter, LevelReading, LevelTotals
 from streamasr.backends.base import Recognizer
-from streamasr.driver import Session, drive
+from streamasr.devices.mic import AudioWriter, CapturedBlock, MicSource
 from streamasr.errors import OutputError
-from streamasr.events import Event, FirstToken, StreamSummary
-from streamasr.finishing import NONE, Finishing, finished
-from streamasr.level import LevelMeter, LevelReading, LevelTotals
-from streamasr.mic import AudioWriter, CapturedBlock, MicSource
-from streamasr.render import JsonlRenderer, Renderer
-from streamasr.stream import StreamOptions, StreamSession
+from streamasr.output.finishing import NONE, Finishing, finished
+from streamasr.output.render import JsonlRenderer, Renderer
+from streamasr.session import interrupts
+from streamasr.session.driver import Session, drive
+from streamasr.session.events import Event, FirstToken, StreamSummary
+from streamasr.session.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
 

@@ -18,10 +18,10 @@ from streamasr.audio import (
     open_source,
 )
 from streamasr.backends.base import Recognizer
-from streamasr.driver import Pacing, Sink, drive
-from streamasr.events import Event, StreamSummary
-from streamasr.render import ProgressDisplay, Renderer
-from streamasr.stream import StreamOptions, StreamSession
+from streamasr.output.render import ProgressDisplay, Renderer
+from streamasr.session.driver import Pacing, Sink, drive
+from streamasr.session.events import Event, StreamSummary
+from streamasr.session.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from streamasr.backends.base import Recognizer, RecognizerStream
-from streamasr.events import Event
+from streamasr.session.events import Event
 
 
 class Stepped(Protocol):

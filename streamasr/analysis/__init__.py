@@ -1,0 +1,1 @@
+"""Latency arithmetic and attention masks: figures computed, not streamed."""

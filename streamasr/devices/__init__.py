@@ -1,0 +1,1 @@
+"""The microphone: capture, its device list, saving, the live capture loop."""

@@ -1,0 +1,1 @@
+"""What a stream's events become: renderers, output files, progress, punctuation."""

@@ -1,0 +1,1 @@
+"""One stream: blocks in, events out (session, driver, batch, endpointing)."""

@@ -1,0 +1,1 @@
+"""Tokens and text: token tables, prefixes, printable text, words and subtitle cues."""
