@@ -190,7 +190,7 @@ def test_mic_session_on_mandarin_matches_the_file_run(model: str, tmp_path: Path
     from streamasr.backends.base import EngineOptions
     from streamasr.backends.sherpa.engine import SherpaRecognizer
     from streamasr.backends.sherpa.modeldir import resolve_model
-    from streamasr.commands.mic import SessionOutput, run_capture
+    from streamasr.devices.live import SessionOutput, run_capture
     from streamasr.devices.mic import AudioWriter, MicSource
     from streamasr.output.render import JsonlRenderer
     from streamasr.session.stream import StreamOptions

@@ -28,7 +28,8 @@ from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.commands.mic import terminal_output
 from streamasr.devices.live import run_capture
 from streamasr.devices.mic import MicSource
-from streamasr.output.render import JsonlRenderer, LiveRenderer, meter_text
+from streamasr.output.render import JsonlRenderer, LiveRenderer
+from streamasr.output.render_bars import meter_text
 from streamasr.session.events import Partial, StreamSummary
 from streamasr.session.stream import StreamOptions
 

@@ -41,7 +41,8 @@ from streamasr.commands.remote import (
 from streamasr.errors import InputError, UsageError
 from streamasr.output.finishing import finished, load_finishing
 from streamasr.output.output_dir import OutputDirRenderer, check_output_dir, parse_formats
-from streamasr.output.render import RENDERERS, ProgressDisplay, Renderer
+from streamasr.output.render import RENDERERS, Renderer
+from streamasr.output.render_bars import ProgressDisplay
 from streamasr.session.file_stream import stream_file
 from streamasr.text.captions import CueRules
 

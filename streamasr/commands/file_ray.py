@@ -95,7 +95,7 @@ def file_on_ray(address: str, paths: list[str], model_options: Any, output_dir: 
     from streamasr.commands.inputs import check_inputs_exist, raw_input_format
     from streamasr.commands.options import open_planned
     from streamasr.output.output_dir import check_output_dir, parse_formats
-    from streamasr.output.render import ProgressDisplay
+    from streamasr.output.render_bars import ProgressDisplay
 
     with cli_errors():
         check_address(address)

@@ -38,13 +38,12 @@ from streamasr.commands.remote import (
     check_room,
     remote_model,
 )
-from streamasr.devices.live import (  # noqa: F401 - the loop's names stay importable from here
+from streamasr.devices.live import (
     CaptureClock,
     Say,
     SessionOpener,
     SessionOutput,
     Tone,
-    first_token_p50_ms,
     run_capture,
 )
 from streamasr.devices.mic import (

@@ -20,11 +20,7 @@ from rich.text import Text
 
 from streamasr.audio.level import LevelReading
 from streamasr.errors import StreamAsrError
-from streamasr.output.render_bars import (  # noqa: F401 - the bars stay importable from here
-    ProgressDisplay,
-    meter_text,
-    progress_table,
-)
+from streamasr.output.render_bars import meter_text
 from streamasr.session.events import Event, Final, FirstToken, Partial, StreamSummary
 from streamasr.text.captions import (
     CueRules,

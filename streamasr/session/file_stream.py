@@ -18,7 +18,8 @@ from streamasr.audio import (
     open_source,
 )
 from streamasr.backends.base import Recognizer
-from streamasr.output.render import ProgressDisplay, Renderer
+from streamasr.output.render import Renderer
+from streamasr.output.render_bars import ProgressDisplay
 from streamasr.session.driver import Pacing, Sink, drive
 from streamasr.session.events import Event, StreamSummary
 from streamasr.session.stream import StreamOptions, StreamSession
