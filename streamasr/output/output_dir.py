@@ -30,11 +30,13 @@ from streamasr.session.events import Event, StreamSummary
 from streamasr.text.captions import CueRules
 from streamasr.text.printable import printable
 
-# --format name -> file extension
-FILE_FORMATS = {"txt": "txt", "text": "txt", "jsonl": "jsonl", "srt": "srt", "vtt": "vtt"}
+# file extension -> the renderer that writes it (each RENDERERS entry declares its suffix)
+RENDERER_OF = {e.suffix: e.name for e in RENDERERS.values() if e.suffix is not None}
+# --format name (a renderer's name, or its file extension: text or txt) -> file extension
+FILE_FORMATS = {
+    alias: suffix for suffix, name in RENDERER_OF.items() for alias in (name, suffix)
+}
 DEFAULT_FILE_FORMATS = ("txt",)
-# file extension -> the renderer that writes it (render.RENDERERS)
-RENDERER_OF = {"txt": "text", "jsonl": "jsonl", "srt": "srt", "vtt": "vtt"}
 PART_SUFFIX = ".part"
 
 
@@ -46,7 +48,7 @@ def parse_formats(fmt: str | None) -> tuple[str, ...]:
     bad = [name for name in names if name not in FILE_FORMATS]
     if bad or not names:
         raise UsageError(
-            f"--format {fmt!r} with --output-dir: use one or more of txt, jsonl, srt, vtt "
+            f"--format {fmt!r} with --output-dir: use one or more of {', '.join(RENDERER_OF)} "
             "(comma-separated)"
         )
     return tuple(FILE_FORMATS[name] for name in names)

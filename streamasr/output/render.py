@@ -420,6 +420,8 @@ class RendererEntry:
     make: Callable[[RenderTarget], Renderer]
     #: draws on the terminal itself (a live area): no progress bar beside it
     terminal: bool = False
+    #: the extension of the file `file -o DIR` writes in this format; None: no file format
+    suffix: str | None = None
 
 
 def _stdout(target: RenderTarget) -> IO[str]:
@@ -438,17 +440,23 @@ RENDERERS: dict[str, RendererEntry] = {
         RendererEntry(
             "text", "one line per final; default when piped",
             lambda t: TextRenderer(_stdout(t), t.err, t.realtime, t.headers, t.quiet),
+            suffix="txt",
         ),
-        RendererEntry("jsonl", "every event", lambda t: JsonlRenderer(_stdout(t), t.partials)),
+        RendererEntry(
+            "jsonl", "every event", lambda t: JsonlRenderer(_stdout(t), t.partials),
+            suffix="jsonl",
+        ),
         RendererEntry(
             "srt", "subtitles",
             lambda t: SubtitleRenderer(_stdout(t), t.err, t.realtime, quiet=t.quiet, rules=t.cues),
+            suffix="srt",
         ),
         RendererEntry(
             "vtt", "WebVTT subtitles",
             lambda t: SubtitleRenderer(
                 _stdout(t), t.err, t.realtime, vtt=True, quiet=t.quiet, rules=t.cues
             ),
+            suffix="vtt",
         ),
     )
 }
