@@ -258,6 +258,19 @@ def test_every_module_has_a_layer_and_no_arrow_runs_up() -> None:
     assert not upward, "imports that run up a layer:\n" + "\n".join(upward)
 
 
+def test_no_cycle_between_folders() -> None:
+    """Folders depend one way too: two folders that import each other are one piece in two
+    places (within a layer the arrows are free, but they may not go round)."""
+    graph: dict[str, set[str]] = {}
+    for a, targets in import_graph().items():
+        graph.setdefault(unit_of(a), set())
+        graph[unit_of(a)].update(unit_of(b) for b in targets if unit_of(b) != unit_of(a))
+    found = cycles(graph)
+    assert not found, "folders that import each other:\n" + "\n".join(
+        _edges_within(c, graph) for c in found
+    )
+
+
 def test_the_layers_in_the_manual_are_the_tests_layers() -> None:
     manual = (PACKAGE.parent / "docs" / "development.md").read_text(encoding="utf-8")
     for name, units in LAYERS:

@@ -8,6 +8,7 @@ the progress bar, when there is one, sits beside the renderer.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from streamasr.audio import (
     STDIN_NAME,
@@ -18,11 +19,13 @@ from streamasr.audio import (
     open_source,
 )
 from streamasr.backends.base import Recognizer
-from streamasr.output.render import Renderer
-from streamasr.output.render_bars import ProgressDisplay
 from streamasr.session.driver import Pacing, Sink, drive
 from streamasr.session.events import Event, StreamSummary
 from streamasr.session.stream import StreamOptions, StreamSession
+
+if TYPE_CHECKING:  # types only: the renderers sit beside this package and import its events
+    from streamasr.output.render import Renderer
+    from streamasr.output.render_bars import ProgressDisplay
 
 log = logging.getLogger("streamasr")
 
