@@ -125,7 +125,9 @@ def run_file_request(request: FileRunRequest, spec: ModelSpec, stream: Any, err:
                      progress: Any | None) -> int:
     """Decode every input on the cluster; the number of inputs that failed."""
     from streamasr.commands.common import report_error
+    from streamasr.output.output_dir import FILE_FORMATS, output_stem
     from streamasr.output.render import summary_line
+    from streamasr.text.printable import printable
 
     driver = start_driver(request.address)
     cluster = driver.info
@@ -147,6 +149,12 @@ def run_file_request(request: FileRunRequest, spec: ModelSpec, stream: Any, err:
             if not request.quiet:
                 line = summary_line(note.summary, False)
                 err.print(f"{line} -> {', '.join(note.written)}", highlight=False, markup=False)
+        elif note.skipped and not request.quiet:  # its first attempt placed them, then
+            # its node was lost before the result came back: the retry found them in place
+            names = ", ".join(f"{output_stem(note.path)}.{FILE_FORMATS[f]}"
+                              for f in request.formats)  # fmt: skip
+            err.print(printable(f"{note.path}: written by an attempt on a lost node -> {names}"),
+                      highlight=False, markup=False)  # fmt: skip
         if note.error:
             failed += 1
             report_error(note.error)
