@@ -10,7 +10,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated
 
 import typer
@@ -18,7 +18,7 @@ from rich.console import Console
 
 from streamasr.backends.base import DEFAULT_THREADS, THREADS_MAX, check_threads
 from streamasr.backends.options import check_number
-from streamasr.errors import OutputError, ReaderGone, StreamAsrError, UsageError
+from streamasr.errors import InputError, OutputError, ReaderGone, StreamAsrError, UsageError
 from streamasr.output.render import (
     FORMATS,
     PARTIALS,
@@ -250,3 +250,22 @@ def spliced_parameters(
         else:
             params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
     return params
+
+
+def decode_each(paths: list[str], decode: Callable[[str], None]) -> None:
+    """`file`'s inputs in turn, wherever they are decoded: a bad input fails alone (said, then
+    the next one runs), Ctrl-C ends the run after `decode` flushed what was recognised (exit
+    130), and a run with failed inputs ends with their count (exit 1)."""
+    failed = 0
+    for path in paths:
+        try:
+            decode(path)
+        except InputError as exc:
+            failed += 1
+            report_error(exc)
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted; flushed what was recognised[/yellow]")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+    if failed:
+        err_console.print(f"{failed} of {len(paths)} inputs failed", highlight=False)
+        raise typer.Exit(1)

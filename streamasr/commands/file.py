@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from streamasr.commands.common import (
-    EXIT_INTERRUPTED,
     ChannelsOpt,
     FormatOpt,
     PartialsOpt,
@@ -23,9 +22,9 @@ from streamasr.commands.common import (
     check_partials,
     choose_format,
     cli_errors,
+    decode_each,
     err_console,
     make_renderer,
-    report_error,
     setup_logging,
 )
 from streamasr.commands.cue_options import with_cue_options
@@ -38,7 +37,7 @@ from streamasr.commands.remote import (
     check_room,
     file_over_server,
 )
-from streamasr.errors import InputError, UsageError
+from streamasr.errors import UsageError
 from streamasr.output.finishing import finished, load_finishing
 from streamasr.output.output_dir import OutputDirRenderer, check_output_dir, parse_formats
 from streamasr.output.render import RENDERERS, Renderer
@@ -125,19 +124,9 @@ def register(app: typer.Typer) -> None:
         with cli_errors():
             recognizer, options = build(model_options, paced=realtime)
         progress = None if quiet else progress_display(draws)
-        failed = 0
-        for path in paths:
-            try:
-                stream_file(path, recognizer, renderer, options, realtime, progress, raw_format)
-            except InputError as exc:
-                failed += 1
-                report_error(exc)
-            except KeyboardInterrupt:
-                err_console.print("[yellow]interrupted; flushed what was recognised[/yellow]")
-                raise typer.Exit(EXIT_INTERRUPTED) from None
-        if failed:
-            err_console.print(f"{failed} of {len(paths)} inputs failed", highlight=False)
-            raise typer.Exit(1)
+        decode_each(paths, lambda path: stream_file(
+            path, recognizer, renderer, options, realtime, progress, raw_format
+        ))
 
 
 def file_renderer(

@@ -20,13 +20,12 @@ import typer
 
 from streamasr.audio import AudioSource, RawFormat, check_path_name, next_input, open_source
 from streamasr.commands.common import (
-    EXIT_INTERRUPTED,
     cli_errors,
-    err_console,
+    decode_each,
     report_error,
 )
 from streamasr.commands.options import ModelOptions
-from streamasr.errors import InputError, UsageError
+from streamasr.errors import UsageError
 from streamasr.session.driver import Pacing, drive
 
 if TYPE_CHECKING:
@@ -144,23 +143,16 @@ def file_over_server(
     with cli_errors():
         model = remote_model(url, model_options, finished_here, room)
         model.open()  # a wrong URL, a refused token or a full server: said before any audio
-    failed = 0
+
+    def decode(path: str) -> None:
+        try:
+            _stream_input(model, path, raw_format, renderer, realtime)
+        except ServerError as exc:  # the server went away: the run ends, what came is kept
+            report_error(exc)
+            raise typer.Exit(exc.exit_code) from None
+
     with model:
-        for path in paths:
-            try:
-                _stream_input(model, path, raw_format, renderer, realtime)
-            except InputError as exc:
-                failed += 1
-                report_error(exc)
-            except ServerError as exc:
-                report_error(exc)
-                raise typer.Exit(exc.exit_code) from None
-            except KeyboardInterrupt:
-                err_console.print("[yellow]interrupted; flushed what was recognised[/yellow]")
-                raise typer.Exit(EXIT_INTERRUPTED) from None
-    if failed:
-        err_console.print(f"{failed} of {len(paths)} inputs failed", highlight=False)
-        raise typer.Exit(1)
+        decode_each(paths, decode)
 
 
 def _stream_input(
