@@ -15,13 +15,14 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import socket
 import sys
 import time
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import parse_qs
 
 from streamasr.backends.base import Recognizer
@@ -47,6 +48,8 @@ STATIC = {
 }
 #: Stop signals this close to the first are copies of it, not a second stop.
 DUPLICATE_SIGNAL_S = 1.0
+#: an engine step running this long at a stop is wedged: the server ends without it
+ENGINE_WEDGED_S = 5.0
 #: The GIL switch interval while serving (Python's default is 5 ms). The engine thread lets
 #: go of the GIL in every engine call and must take it back after each; while the event loop
 #: runs Python that costs up to one interval per call, which on busy cores kept steps, and
@@ -191,6 +194,24 @@ class StreamServer:
         self._stop_at = now
         self._stop.set()
 
+    async def _engine_wedged(self) -> None:
+        """Returns once the engine step in flight has run ENGINE_WEDGED_S: no drain can end
+        then (its sessions wait for that step, and so does each flush)."""
+        while self.scheduler.engine_step_running_s() < ENGINE_WEDGED_S:
+            await asyncio.sleep(0.25)
+
+    def _abandon_wedged_engine(self) -> NoReturn:
+        """End the process now: a thread stuck in an engine call cannot be stopped, and the
+        interpreter would wait for it at exit. The sessions not held by that step have had
+        their finals; the ones it holds get none."""
+        seconds = self.scheduler.engine_step_running_s()
+        sys.stderr.write(
+            f"streamasr serve: an engine step has not returned for {seconds:.0f} s; stopping "
+            "without it (the sessions in that step get no final)\n"
+        )
+        sys.stderr.flush()
+        os._exit(128 + (self.stop_signal or signal.SIGTERM))
+
     def _close_sessions(self) -> None:
         if self.rooms is not None:
             self.rooms.close()
@@ -250,10 +271,17 @@ class StreamServer:
                 log.info("stopping: no new connections; %d open", len(self.connections))
                 server.close(close_connections=False)
                 waiting = asyncio.ensure_future(server.wait_closed())
-                done, _ = await asyncio.wait({waiting}, timeout=limits.grace_s)
-                if not done:
-                    self._close_sessions()
-                    await waiting
+                wedged = asyncio.ensure_future(self._engine_wedged())
+                first = asyncio.FIRST_COMPLETED
+                done, _ = await asyncio.wait({waiting, wedged}, timeout=limits.grace_s,
+                                             return_when=first)  # fmt: skip
+                if waiting not in done:
+                    if wedged not in done:
+                        self._close_sessions()
+                        done, _ = await asyncio.wait({waiting, wedged}, return_when=first)
+                    if wedged in done:
+                        self._abandon_wedged_engine()
+                wedged.cancel()
         finally:
             scheduler_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -158,6 +158,7 @@ class Scheduler:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="streamasr-engine"
         )
+        self._step_started_s: float | None = None  # time.monotonic() of the step in flight
         self._ready: OrderedDict[Utterance, None] = OrderedDict()
         self._wake = asyncio.Event()
 
@@ -379,7 +380,17 @@ class Scheduler:
     def _decode(self, streams: list[Any], checked: bool) -> tuple[list[bool], float]:
         """On the worker thread: one batched step; which streams stepped, and its time.
         Only the engine call runs here, and `checked` spares it asking each stream again."""
-        return engine_step(self.recognizer, streams, self.clock, checked)
+        self._step_started_s = time.monotonic()
+        try:
+            return engine_step(self.recognizer, streams, self.clock, checked)
+        finally:
+            self._step_started_s = None
+
+    def engine_step_running_s(self) -> float:
+        """How long the engine step in flight has run (0: none in flight): a step that never
+        returns is how a wedged engine shows."""
+        started = self._step_started_s
+        return 0.0 if started is None else time.monotonic() - started
 
     def _close(self, utterance: Utterance) -> None:
         """Nothing more to step after the end: the last final, the summary, done."""
