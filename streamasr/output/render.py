@@ -324,8 +324,9 @@ class SubtitleRenderer:
     def end(self, summary: StreamSummary) -> None:
         if not self.quiet:
             self.err.print(escape(summary_line(summary, self.realtime)), highlight=False)
-            if self.note():
-                self.err.print(escape(f"{summary.source}: {self.note()}"), highlight=False)
+            note = self.note()
+            if note:
+                self.err.print(escape(f"{summary.source}: {note}"), highlight=False)
 
     def note(self) -> str:
         """The cues of this input that break a caption rule, in one sentence ('' if none)."""
