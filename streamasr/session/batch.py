@@ -14,15 +14,44 @@ runs one of each per round, the first on its engine thread (server/scheduler.py)
 decoded alone (the driver: file, mic, sequential bench, the library) is stepped by
 `step_alone`, the same way through the stream's own `decode_step`. What each caller keeps is
 only its pacing: which sessions are fed what, and when.
+
+Two pacings of live streams share the `StepClock`: `ready` steps a stream as soon as its chunk
+is ready (streams at different phases rarely meet in one batch), `aligned` holds a stream
+whose chunk became ready until the next tick of one clock of chunk period, so every live
+stream steps in the same batch (larger batches cost the engine less per stream); the wait is
+below one chunk and is counted (`align_wait_ms`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from streamasr.backends.base import Recognizer, RecognizerStream
 from streamasr.session.events import Event
+
+
+#: The pacing policies of live streams: `aligned` (one shared step clock) or `ready`.
+SCHEDULES = ("aligned", "ready")
+
+
+@dataclass(frozen=True)
+class StepClock:
+    """One step clock for all live streams: a tick every `period_s` from `origin_s` (seconds
+    of the caller's clock). A stream whose chunk became ready waits for the next tick, so at
+    most one period, and all streams due by then step in one batch."""
+
+    origin_s: float
+    period_s: float
+
+    def next_tick_s(self, now_s: float) -> float:
+        """The first tick at or after `now_s` (a tick a hair behind counts as now)."""
+        if self.period_s <= 0:
+            return now_s
+        ticks = math.ceil((now_s - self.origin_s) / self.period_s - 1e-9)
+        return self.origin_s + max(0, ticks) * self.period_s
 
 
 class Stepped(Protocol):
