@@ -32,7 +32,6 @@ from typing import Protocol
 from streamasr.backends.base import Recognizer, RecognizerStream
 from streamasr.session.events import Event
 
-
 #: The pacing policies of live streams: `aligned` (one shared step clock) or `ready`.
 SCHEDULES = ("aligned", "ready")
 
