@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 from warm_nemo import WarmNemo
 
-from streamasr.analysis.latency import chunk_budget, measure_engine, with_measurement
+from streamasr.analysis.latency import chunk_budget, with_measurement
 from streamasr.backends.nemo.budget import nemo_budget
 from streamasr.backends.sherpa.budget import (
     PUBLISHED_ALIASES,
@@ -32,6 +32,7 @@ from streamasr.backends.sherpa.budget import (
 from streamasr.backends.sherpa.onnx_meta import read_encoder_metadata
 from streamasr.commands.latency import register
 from streamasr.errors import ModelError, UsageError
+from streamasr.session.measure import measure_engine
 
 
 def ms(budget, key: str) -> float:
@@ -249,8 +250,8 @@ def test_measure_refuses_a_non_streaming_recognizer():
         def accept(self, sample_rate, samples):
             pass
 
-        def decode_step(self):
-            return False
+        def decode_batch(self, streams, *, checked=False):
+            return [False] * len(streams)
 
     with pytest.raises(ModelError, match="no encoder step"):
         measure_engine(NeverReady(), max_audio_s=0.1)
