@@ -199,15 +199,13 @@ def test_metadata_errors_name_the_problem(tmp_path: Path):
 
 
 def _engine(files_dir: Path, chunk: int | None = None):
-    """The export's files (for the derived budget) and the model loaded through the registry,
-    the way `latency --measure` loads it."""
-    from streamasr.backends.base import EngineOptions
-    from streamasr.backends.registry import load_recognizer
+    """The export's files (for the derived budget) and the model loaded by its plan, the way
+    `latency --measure` loads it."""
+    from streamasr.backends.plan import make_plan
     from streamasr.backends.sherpa.modeldir import resolve_model
 
     files = resolve_model(str(files_dir), chunk)
-    options = EngineOptions(threads=1, own={"chunk": chunk})
-    return files, load_recognizer(str(files_dir), options)
+    return files, make_plan(str(files_dir), given={"chunk": chunk}, threads=1).load()
 
 
 @pytest.mark.parametrize(("model", "chunk"), [("transducer", 16), ("transducer", 32), ("ctc", 16)])
