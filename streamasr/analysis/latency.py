@@ -4,8 +4,9 @@ Every figure is a `BudgetLine` that carries the formula it came from, so the tab
 arithmetic instead of asking to be trusted. This module holds what every engine shares: the
 table itself, WeNet U2-style chunks counted in encoder steps (`--chunk N --subsampling 4`),
 the budget any backend's declared chunk and look-ahead imply (`budget_from_info`), and the
-lines a measurement adds. An engine's own arithmetic lives with it: backends/sherpa/budget.py (Zipformer
-exports, from `decode_chunk_len` and `T`), backends/nemo/budget.py (`att_context_size`).
+lines a measurement adds. An engine's own arithmetic lives with it: backends/sherpa/budget.py
+(Zipformer exports, from `decode_chunk_len` and `T`), backends/nemo/budget.py
+(`att_context_size`).
 
 All derived latencies are algorithmic: they assume the network takes no time.
 `with_measurement` adds what `latency --measure` found on this machine (`EngineTiming`: when
