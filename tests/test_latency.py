@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 from warm_nemo import WarmNemo
 
-from streamasr.analysis.latency import chunk_budget, measure_engine, with_measurement
+from streamasr.analysis.latency import chunk_budget, with_measurement
 from streamasr.backends.nemo.budget import nemo_budget
 from streamasr.backends.sherpa.budget import (
     PUBLISHED_ALIASES,
@@ -32,6 +32,7 @@ from streamasr.backends.sherpa.budget import (
 from streamasr.backends.sherpa.onnx_meta import read_encoder_metadata
 from streamasr.commands.latency import register
 from streamasr.errors import ModelError, UsageError
+from streamasr.session.measure import measure_engine
 
 
 def ms(budget, key: str) -> float:
@@ -198,15 +199,13 @@ def test_metadata_errors_name_the_problem(tmp_path: Path):
 
 
 def _engine(files_dir: Path, chunk: int | None = None):
-    """The export's files (for the derived budget) and the model loaded through the registry,
-    the way `latency --measure` loads it."""
-    from streamasr.backends.base import EngineOptions
-    from streamasr.backends.registry import load_recognizer
+    """The export's files (for the derived budget) and the model loaded by its plan, the way
+    `latency --measure` loads it."""
+    from streamasr.backends.plan import make_plan
     from streamasr.backends.sherpa.modeldir import resolve_model
 
     files = resolve_model(str(files_dir), chunk)
-    options = EngineOptions(threads=1, own={"chunk": chunk})
-    return files, load_recognizer(str(files_dir), options)
+    return files, make_plan(str(files_dir), given={"chunk": chunk}, threads=1).load()
 
 
 @pytest.mark.parametrize(("model", "chunk"), [("transducer", 16), ("transducer", 32), ("ctc", 16)])
@@ -249,8 +248,8 @@ def test_measure_refuses_a_non_streaming_recognizer():
         def accept(self, sample_rate, samples):
             pass
 
-        def decode_step(self):
-            return False
+        def decode_batch(self, streams, *, checked=False):
+            return [False] * len(streams)
 
     with pytest.raises(ModelError, match="no encoder step"):
         measure_engine(NeverReady(), max_audio_s=0.1)

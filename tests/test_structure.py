@@ -308,3 +308,136 @@ def test_no_module_is_over_500_lines() -> None:
     assert not too_long, f"modules over {MAX_LINES} lines (split them along their seams): " + (
         ", ".join(f"{name} ({n})" for name, n in too_long.items())
     )
+
+
+# --- the walk of --chunk ------------------------------------------------------------------
+
+#: How `--chunk 16` goes from the command line to the sherpa-onnx engine, call by call, for
+#: `file` (parsed by the plan, then loaded) and `latency --model DIR --measure` (the engine's
+#: budget, the load, the measurement). Each hop is (module, function, the name it calls
+#: next); the last hop of a walk calls nothing further. The same walks, in words, are in
+#: docs/development.md ("The walk of --chunk").
+CHUNK_WALKS: tuple[tuple[tuple[str, str, str | None], ...], ...] = (
+    (  # file: the flag's text parsed by the chosen engine's declaration, into the plan
+        ("streamasr.commands.options", "open_planned", "load_plan"),
+        ("streamasr.commands.options", "load_plan", "make_plan"),
+        ("streamasr.backends.plan", "make_plan", "engine_options"),
+        ("streamasr.backends.registry", "engine_options", "value"),
+        ("streamasr.backends.options", "EngineOption.value", None),
+    ),
+    (  # file: the plan loads it; the engine reads its settings and picks the export
+        ("streamasr.commands.options", "open_planned", "load"),
+        ("streamasr.backends.plan", "LoadPlan.load", "load"),
+        ("streamasr.backends.sherpa.entry", "_load", "resolve_model"),
+        ("streamasr.backends.sherpa.modeldir", "resolve_model", None),
+    ),
+    (
+        ("streamasr.backends.sherpa.entry", "_load", "of"),
+        ("streamasr.backends.sherpa.options", "SherpaSettings.of", "complete"),
+        ("streamasr.backends.options", "complete", None),
+    ),
+    (
+        ("streamasr.backends.sherpa.entry", "_load", "SherpaRecognizer"),
+        ("streamasr.backends.sherpa.engine", "SherpaRecognizer.__init__", None),
+    ),
+    (  # latency: parsed by the same plan
+        ("streamasr.commands.latency", "build_budget", "_backend_budget"),
+        ("streamasr.commands.latency", "_backend_budget", "make_plan"),
+        ("streamasr.backends.plan", "make_plan", None),
+    ),
+    (  # latency: the engine's declared budget of the export --chunk picks
+        ("streamasr.commands.latency", "_backend_budget", "budget"),
+        ("streamasr.backends.sherpa.entry", "_budget", "model_budget"),
+        ("streamasr.backends.sherpa.model_budget", "model_budget", "resolve_model"),
+        ("streamasr.backends.sherpa.modeldir", "resolve_model", None),
+    ),
+    (  # latency --measure: loaded by the plan, stepped through the stepping core
+        ("streamasr.commands.latency", "_backend_budget", "load"),
+        ("streamasr.backends.plan", "LoadPlan.load", None),
+    ),
+    (
+        ("streamasr.commands.latency", "_backend_budget", "measure_engine"),
+        ("streamasr.session.measure", "measure_engine", "engine_step"),
+        ("streamasr.session.batch", "engine_step", "decode_batch"),
+        ("streamasr.backends.sherpa.engine", "SherpaRecognizer.decode_batch", None),
+    ),
+)
+
+
+def _function(module: str, qualname: str) -> ast.FunctionDef:
+    """The function `qualname` ("f" or "Class.f") defined in `module`."""
+    tree = ast.parse(source_modules()[module].read_text(encoding="utf-8"))
+    body: list[ast.stmt] = tree.body
+    *owners, name = qualname.split(".")
+    for owner in owners:
+        body = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == owner).body
+    found = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == name]
+    assert found, f"{module} has no function {qualname}: update CHUNK_WALKS"
+    return found[0]
+
+
+def _called_names(function: ast.FunctionDef) -> set[str]:
+    """Every name called in a function: f(...) and x.f(...)."""
+    names = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                names.add(func.id)
+            elif isinstance(func, ast.Attribute):
+                names.add(func.attr)
+    return names
+
+
+def _lands_on(called: str, module: str, qualname: str) -> bool:
+    """A call named `called` reaches `qualname` in `module`: by its name, its class's name
+    (a constructor), or an engine entry's hook (`load=_load`)."""
+    name = qualname.split(".")[-1]
+    if called in (name, qualname.split(".")[0]):
+        return True
+    source = source_modules()[module].read_text(encoding="utf-8")
+    return f"{called}={name}," in source.replace(" ", "")
+
+
+def _walk_faults(modules: list[str]) -> list[str]:
+    """What is wrong with a walk through `modules`: a file or folder entered again after the
+    walk left it (A -> B -> A), or a step up a layer."""
+    faults = []
+    for kind, places in (("file", modules), ("folder", [unit_of(m) for m in modules])):
+        runs = [p for i, p in enumerate(places) if i == 0 or places[i - 1] != p]
+        faults += [f"re-enters {kind} {p}" for i, p in enumerate(runs) if p in runs[:i]]
+    depths = [layer_of(m) for m in modules]
+    if depths != sorted(depths):
+        faults.append("runs up a layer")
+    return faults
+
+
+def test_the_walk_checker_finds_a_walk_that_comes_back() -> None:
+    # latency --measure as it was: the engine's budget hook measured through analysis/,
+    # which stepped the engine again
+    old = ["streamasr.commands.latency", "streamasr.backends.sherpa.entry",
+           "streamasr.backends.sherpa.model_budget", "streamasr.analysis.latency",
+           "streamasr.backends.sherpa.engine"]
+    assert _walk_faults(old) == ["re-enters folder backends/", "runs up a layer"]
+    assert _walk_faults(["streamasr.backends.plan", "streamasr.backends.registry",
+                         "streamasr.backends.plan"]) == ["re-enters file streamasr.backends.plan"]
+    assert _walk_faults(["streamasr.commands.options", "streamasr.commands.options",
+                         "streamasr.backends.plan"]) == []
+
+
+def test_the_walk_of_chunk_is_real_and_goes_down_without_coming_back() -> None:
+    """Each hop of each walk calls the next (so a stale walk fails here); along a walk the
+    layers only go down, and a file or folder once left is never entered again (A -> B -> A).
+    The hops are listed by hand: this checks the listed walks, it does not find new routes."""
+    for walk in CHUNK_WALKS:
+        for (module, qualname, called), (nxt, nxt_name, _) in zip(walk, walk[1:], strict=False):
+            assert called is not None, f"{module}.{qualname} ends its walk early"
+            assert called in _called_names(_function(module, qualname)), (
+                f"{module}.{qualname} no longer calls {called}: update CHUNK_WALKS"
+            )
+            _function(nxt, nxt_name)
+            assert _lands_on(called, nxt, nxt_name), f"{called} does not reach {nxt}.{nxt_name}"
+        _function(*walk[-1][:2])
+        assert walk[-1][2] is None
+        modules = [module for module, _, _ in walk]
+        assert not _walk_faults(modules), f"{_walk_faults(modules)}: " + " -> ".join(modules)

@@ -4,32 +4,28 @@ Every figure is a `BudgetLine` that carries the formula it came from, so the tab
 arithmetic instead of asking to be trusted. This module holds what every engine shares: the
 table itself, WeNet U2-style chunks counted in encoder steps (`--chunk N --subsampling 4`),
 the budget any backend's declared chunk and look-ahead imply (`budget_from_info`), and the
-measurement. An engine's own arithmetic lives with it: backends/sherpa/budget.py (Zipformer
-exports, from `decode_chunk_len` and `T`), backends/nemo/budget.py (`att_context_size`).
+lines a measurement adds. An engine's own arithmetic lives with it: backends/sherpa/budget.py
+(Zipformer exports, from `decode_chunk_len` and `T`), backends/nemo/budget.py
+(`att_context_size`).
 
 All derived latencies are algorithmic: they assume the network takes no time.
-`measure_engine` feeds audio to any loaded recognizer through the step protocol to find when
-encoder steps actually run and how long each takes on this machine.
+`with_measurement` adds what `latency --measure` found on this machine (`EngineTiming`: when
+encoder steps actually ran and what each cost), measured by session/measure.py through the
+stepping core.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import statistics
-import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from streamasr.analysis.mask import UNLIMITED
-from streamasr.errors import ModelError, UsageError
+from streamasr.errors import UsageError
 
 if TYPE_CHECKING:  # types only: engines build budgets from this module
-    from streamasr.backends.base import BackendInfo, Recognizer
-
-log = logging.getLogger("streamasr")
+    from streamasr.backends.base import BackendInfo
 
 FEATURE_SHIFT_MS = 10.0  # 100 Hz feature frames, the front end of every engine here
 FBANK_SHIFT_MS = FEATURE_SHIFT_MS
@@ -166,7 +162,7 @@ def chunk_budget(
     return LatencyBudget(title, "chunk", settings, tuple(lines), notes)
 
 
-# --- measuring a real sherpa-onnx engine ---------------------------------------------------
+# --- what a measurement found (session/measure.py measures) ---------------------------------
 
 
 @dataclass(frozen=True)
@@ -199,60 +195,6 @@ class EngineTiming:
             "feed_ms": self.feed_ms,
             "audio_fed_ms": self.audio_fed_ms,
         }
-
-
-def measure_engine(
-    recognizer: Recognizer,
-    *,
-    steps: int = 12,
-    feed_ms: float = 0.5,
-    max_audio_s: float = 60.0,
-    seed: int = 0,
-) -> EngineTiming:
-    """Feed low noise `feed_ms` at a time; note the audio fed whenever a step runs.
-
-    Any backend goes through the protocol: after each block, `decode_step()` is called until
-    it returns False; a call that returns True ran one encoder step, so the audio fed so far
-    is when that step became possible, and the call's wall time is its compute (a step
-    returns only when its work is done). Audio goes in at the backend's own rate, so no
-    resampler shifts when steps run.
-    """
-    if steps < 1:
-        raise UsageError(f"measure at least one encoder step, not {steps}")
-    sample_rate = recognizer.info.sample_rate_hz
-    feed_samples = max(1, round(sample_rate * feed_ms / 1000))
-    rng = np.random.default_rng(seed)
-    stream = recognizer.create_stream()
-    fed = 0
-    limit = int(max_audio_s * sample_rate)
-    step_audio: list[float] = []
-    decode: list[float] = []
-    block_count = 4096  # draw noise in bulk, hand it over a block at a time
-    noise = np.empty(0, dtype=np.float32)
-    while len(step_audio) < steps and fed < limit:
-        if noise.size < feed_samples:
-            noise = (rng.standard_normal(block_count * feed_samples) * 1e-3).astype(np.float32)
-        block, noise = noise[:feed_samples], noise[feed_samples:]
-        stream.accept(sample_rate, block)
-        fed += feed_samples
-        while len(step_audio) < steps:
-            start = time.perf_counter()
-            stepped = stream.decode_step()
-            elapsed_ms = (time.perf_counter() - start) * 1000.0
-            if not stepped:
-                break
-            step_audio.append(fed * 1000.0 / sample_rate)
-            decode.append(elapsed_ms)
-    if not step_audio:
-        raise ModelError(
-            f"the engine ran no encoder step in {max_audio_s:g} s of audio; "
-            "is this a streaming (online) model?"
-        )
-    log.debug("engine steps at %s ms of audio", step_audio)
-    return EngineTiming(
-        tuple(step_audio), tuple(decode), feed_samples * 1000.0 / sample_rate,
-        fed * 1000.0 / sample_rate,
-    )
 
 
 def budget_from_info(info: BackendInfo) -> LatencyBudget:
@@ -352,7 +294,7 @@ def with_measurement(budget: LatencyBudget, timing: EngineTiming, threads: int) 
     lines = list(budget.lines) + [
         BudgetLine(
             "measured_first_step_ms", "first encoder step ran after (measured)", first, "ms",
-            f"audio fed when decode_step() first ran a step, feeding {feed} ms at a time",
+            f"audio fed when decode_batch() first ran a step, feeding {feed} ms at a time",
             first_note, measured=True, flagged=first_flag,
         ),
         BudgetLine(
@@ -369,7 +311,7 @@ def with_measurement(budget: LatencyBudget, timing: EngineTiming, threads: int) 
         ),
         BudgetLine(
             "decode_ms", f"compute per encoder step ({threads} thread{plural})", compute, "ms",
-            f"median of {n} decode_step() calls that ran a step, time.perf_counter",
+            f"median of {n} decode_batch() calls that ran a step, time.perf_counter",
             f"real-time factor {compute / chunk_ms:.3f} (compute / chunk)", measured=True,
         ),
         BudgetLine(

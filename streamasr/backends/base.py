@@ -195,8 +195,10 @@ class BackendEntry:
     devices: tuple[str, ...] = ("cpu",)
     label: str = ""
     lacks: Mapping[str, str] = field(default_factory=dict)
-    # (model, options, measure) -> its LatencyBudget (analysis/latency.py), measured if asked;
-    # None: latency loads the model and derives the budget from what it declares
+    # (model, options, measure) -> its declared LatencyBudget (analysis/latency.py); with
+    # measure, that of the files latency --measure then loads (it measures them itself) and a
+    # refusal of a model it cannot load; None: latency loads the model and derives the budget
+    # from what it declares
     budget: Callable[[str | None, EngineOptions, bool], Any] | None = None
     # settings by name (chunk, att_context_size, style, layers, subsampling) -> LatencyBudget
     arithmetic: Callable[[Mapping[str, Any]], Any] | None = None

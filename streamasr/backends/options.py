@@ -94,34 +94,31 @@ def complete(declared: Iterable[EngineOption], values: Mapping[str, Any]) -> dic
     return {option.name: values.get(option.name, option.default) for option in declared}
 
 
-def whole_number(flag: str, low: int, high: int, unit: str = "") -> Callable[[Any], int]:
-    """A parser for a whole number in [low, high]."""
+def _ranged(
+    flag: str, low: float, high: float, unit: str, kind: Callable[[str], Any], what: str
+) -> Callable[[Any], Any]:
+    """A parser for a `kind` (int, float) in [low, high], from its text or its value (a
+    switch's True/False is not a number: its text does not parse)."""
 
-    def parse(given: Any) -> int:
-        if isinstance(given, bool):
-            raise UsageError(f"{flag} takes a whole number, got {given!r}")
+    def parse(given: Any) -> Any:
         try:
-            value = int(str(given).strip())
+            value = kind(str(given).strip())
         except ValueError:
-            raise UsageError(f"{flag} takes a whole number, got {given!r}") from None
+            raise UsageError(f"{flag} takes {what}, got {given!r}") from None
         check_number(flag, value, low, high, unit)
         return value
 
     return parse
+
+
+def whole_number(flag: str, low: int, high: int, unit: str = "") -> Callable[[Any], int]:
+    """A parser for a whole number in [low, high]."""
+    return _ranged(flag, low, high, unit, int, "a whole number")
 
 
 def real_number(flag: str, low: float, high: float, unit: str = "") -> Callable[[Any], float]:
     """A parser for a finite number in [low, high]."""
-
-    def parse(given: Any) -> float:
-        try:
-            value = float(str(given).strip())
-        except ValueError:
-            raise UsageError(f"{flag} takes a number, got {given!r}") from None
-        check_number(flag, value, low, high, unit)
-        return value
-
-    return parse
+    return _ranged(flag, low, high, unit, float, "a number")
 
 
 def one_of(flag: str, choices: Sequence[str]) -> Callable[[Any], str]:

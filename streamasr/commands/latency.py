@@ -1,8 +1,8 @@
 """`streamasr latency` and `streamasr mask`: what a streaming setting costs, and why.
 
 Both commands are arithmetic on settings (no model download, instant), except
-`latency --measure`, which loads a local model through the backend registry (sherpa-onnx,
-NeMo, or any `--backend`) and times its steps through the step protocol.
+`latency --measure`, which loads a local model by its plan (sherpa-onnx, NeMo, or any
+`--backend`) and times its steps through the stepping core (session/measure.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from streamasr.analysis.latency import (
     LatencyBudget,
     budget_from_info,
     chunk_budget,
-    measure_engine,
     with_measurement,
 )
 from streamasr.analysis.mask import (
@@ -48,6 +47,7 @@ from streamasr.commands.latency_options import (
 from streamasr.commands.options import ModelOptions, with_model_options
 from streamasr.distribution import catalog
 from streamasr.errors import UsageError
+from streamasr.session.measure import measure_engine
 
 MEASURE_STEPS = 12
 RELEASED_ALIASES = tuple(alias for entry in catalog.CATALOG for alias in entry.aliases)
@@ -155,15 +155,17 @@ def _backend_budget(
     measure: bool,
     threads: int,
 ) -> LatencyBudget:
-    """Ask the backend for its budget; one without its own arithmetic is loaded through
-    the registry and its budget derived from what it declares. Then measure, if asked."""
+    """Ask the backend for its budget; one without its own arithmetic is loaded by the plan
+    and its budget derived from what it declares. Then, if asked, the loaded model is measured
+    here (session/measure.py steps it through the stepping core), never by the engine."""
     from streamasr.backends.plan import make_plan
 
     plan = make_plan(model, backend, given, threads=threads, device=device, entry=entry)
-    if entry.budget is not None:
-        return entry.budget(model, plan.engine, measure)
+    declared = None if entry.budget is None else entry.budget(model, plan.engine, measure)
+    if declared is not None and not measure:
+        return declared  # the engine's arithmetic: nothing loads
     recognizer = plan.load(entry)  # chosen once, above
-    budget = budget_from_info(recognizer.info)
+    budget = declared if declared is not None else budget_from_info(recognizer.info)
     if not measure:
         return budget
     timing = measure_engine(recognizer, steps=MEASURE_STEPS)

@@ -68,7 +68,8 @@ def _recognises(model: str | None) -> bool:
 
 
 def _budget(model: str | None, options: EngineOptions, measure: bool) -> object:
-    """The latency budget of a model (streamasr latency --model), measured if asked."""
+    """The latency budget of a model (streamasr latency --model); with `measure`, that of the
+    files latency then loads to measure."""
     from streamasr.backends.sherpa.model_budget import model_budget
 
     return model_budget(model, options, measure)

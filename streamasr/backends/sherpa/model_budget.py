@@ -1,12 +1,13 @@
 """`streamasr latency --model` for a sherpa-onnx model: its budget from the export's metadata
-(or the catalog's record of a released one), measured on the engine when asked."""
+(or the catalog's record of a released one). Measuring is not the engine's: with `measure`,
+this is the budget of the files `latency --measure` then loads and times (commands/latency.py,
+session/measure.py), and a model it cannot load is refused here, before anything loads."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
-from streamasr.analysis.latency import LatencyBudget, measure_engine, with_measurement
+from streamasr.analysis.latency import LatencyBudget
 from streamasr.backends.base import EngineOptions
 from streamasr.backends.released import catalog_budget
 from streamasr.backends.sherpa.budget import budget_from_metadata
@@ -17,18 +18,17 @@ from streamasr.distribution import cache, catalog
 from streamasr.distribution.local_models import list_bundled
 from streamasr.errors import ModelError, UsageError
 
-MEASURE_STEPS = 12
-
 
 def model_budget(model: str | None, options: EngineOptions, measure: bool) -> LatencyBudget:
     """A sherpa-onnx model's budget: a catalog name, an encoder file, a bundled model or a
     directory.
 
     Catalog names resolve through the catalog (settings, no download needed) and, for
-    `--measure`, through the model cache the way `file --model NAME` finds them.
+    `--measure`, through the model cache the way `file --model NAME` finds them: `measure`
+    asks for the budget of the files that will be loaded.
     """
     own = SherpaSettings.of(options)
-    chunk, fp32, threads = own.chunk, own.fp32, options.threads
+    chunk, fp32 = own.chunk, own.fp32
 
     entry = catalog.find(model) if model is not None else None
     if model is not None and entry is not None and not Path(model).exists():
@@ -62,12 +62,4 @@ def model_budget(model: str | None, options: EngineOptions, measure: bool) -> La
                 f"{catalog.did_you_mean(model, list_bundled())}. Or pass a model directory"
             )
     files = resolve_model(model, chunk, prefer_int8=not fp32)
-    budget = budget_from_metadata(files.metadata)
-    if not measure:
-        return budget
-    from streamasr.backends.sherpa.engine import SherpaRecognizer
-
-    own_export = {**options.own, "chunk": files.chunk}
-    recognizer = SherpaRecognizer(files, replace(options, own=own_export))
-    timing = measure_engine(recognizer, steps=MEASURE_STEPS)
-    return with_measurement(budget, timing, threads)
+    return budget_from_metadata(files.metadata)

@@ -101,12 +101,13 @@ class _WireError(ValueError):
     """The bytes are not a well-formed protobuf message."""
 
 
-def _varint_from(data: bytes, pos: int) -> tuple[int, int]:
+def _varint_in(buf: _Buffer, pos: int, end: int) -> tuple[int, int]:
+    """A protobuf varint at buf[pos] that ends before `end`, and the position after it."""
     result = shift = 0
     while True:
-        if pos >= len(data) or shift > 63:
+        if pos >= end or shift > 63:
             raise _WireError("truncated or overlong varint")
-        byte = data[pos]
+        byte = buf[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
@@ -116,20 +117,20 @@ def _varint_from(data: bytes, pos: int) -> tuple[int, int]:
 
 def _fields(data: bytes):
     """(field number, wire type, value) of one in-memory message; value is int or bytes."""
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint_from(data, pos)
+    pos, end = 0, len(data)
+    while pos < end:
+        key, pos = _varint_in(data, pos, end)
         number, wire = key >> 3, key & 7
         value: int | bytes
         if wire == 0:
-            value, pos = _varint_from(data, pos)
+            value, pos = _varint_in(data, pos, end)
         elif wire == 1 or wire == 5:
             size = 8 if wire == 1 else 4
             if pos + size > len(data):
                 raise _WireError("truncated fixed-size field")
             value, pos = data[pos:pos + size], pos + size
         elif wire == 2:
-            length, pos = _varint_from(data, pos)
+            length, pos = _varint_in(data, pos, end)
             if pos + length > len(data):
                 raise _WireError("length-delimited field runs past its message")
             value, pos = data[pos:pos + length], pos + length
@@ -203,19 +204,6 @@ def _mapped(path: Path) -> Iterator[tuple[_Buffer, int]]:
             return
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             yield mapped, size
-
-
-def _varint_in(buf: _Buffer, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise _WireError("truncated or overlong varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
 
 
 def _walk(buf: _Buffer, pos: int, end: int, wanted: set[int]) -> Iterator[tuple[int, int, int]]:
