@@ -46,21 +46,47 @@ def test_workers_times_streams_give_the_one_stream_text(dataset: Path, tmp_path:
 
 
 def test_capacity_reports_live_streams_held(dataset: Path, tmp_path: Path) -> None:
+    """The default (aligned) schedule: the streams step at one clock's ticks, each block's
+    wait for its tick is below one chunk and part of its latency, on both workers' common
+    clock; --ceiling gives the fraction."""
     proc = _bench(str(dataset / "manifest.jsonl"), "--model", "tiny-en", "--threads", "1",
-                  "--capacity", "--streams", "1,2", "--probe-seconds", "2",
-                  "--out", str(tmp_path))
+                  "--workers", "2", "--capacity", "--streams", "1,3", "--probe-seconds", "2",
+                  "--ceiling", "40", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     cap = doc["capacity"]
-    assert cap["largest_streams"] >= 1
-    assert cap["deadline_ms"] == 320.0 and cap["workers"] == 1 and cap["load_s"] > 0
-    assert [p["streams"] for p in cap["probes"]] == [1, 2]
+    assert cap["largest_streams"] >= 1 and cap["schedule"] == "aligned"
+    assert cap["deadline_ms"] == 320.0 and cap["workers"] == 2 and cap["load_s"] > 0
+    assert cap["ceiling_streams"] == 40
+    assert cap["of_ceiling"] == pytest.approx(cap["largest_streams"] / 40, abs=1e-3)
+    assert [p["streams"] for p in cap["probes"]] == [1, 3]
+    assert [p["streams_per_worker"] for p in cap["probes"]] == [[1], [2, 1]]
     for p in cap["probes"]:
         assert p["blocks"] > 0 and p["p50_ms"] <= p["p99_ms"] <= p["max_ms"]
-        assert p["cpu_s_per_audio_s"] > 0 and p["held"] == (p["p99_ms"] <= 320.0)
+        assert 0 <= p["align_wait_p50_ms"] <= p["align_wait_max_ms"] < 320.0
+        assert p["step_p99_ms"] <= p["p99_ms"]
+        assert p["cpu_s_per_audio_s"] > 0 and p["held"] == (p["step_p99_ms"] <= 320.0)
+    one, three = cap["probes"]
+    # one stream starts on the clock's phase; three (over two workers) at thirds of a chunk
+    # wait up to 2/3 of it
+    assert one["align_wait_max_ms"] < 1.0 < three["align_wait_max_ms"]
     assert doc["run"]["cpu"] and "loadavg_after" in doc["run"]
-    assert "live streams held" in proc.stderr
+    assert "live streams held" in proc.stderr and "aligned schedule" in proc.stderr
+    assert "of the engine's ceiling of 40" in proc.stderr
     assert "| streams |" in (tmp_path / "results.md").read_text(encoding="utf-8")
+
+
+def test_capacity_ready_schedule_steps_on_arrival(dataset: Path, tmp_path: Path) -> None:
+    """--schedule ready: each stream steps as its chunk arrives, so no align wait."""
+    proc = _bench(str(dataset / "manifest.jsonl"), "--model", "tiny-en", "--threads", "1",
+                  "--capacity", "--streams", "2", "--probe-seconds", "2",
+                  "--schedule", "ready", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    cap = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))["capacity"]
+    (p,) = cap["probes"]
+    assert cap["schedule"] == "ready" and cap["of_ceiling"] is None
+    assert p["align_wait_p50_ms"] is None and p["step_p99_ms"] == p["p99_ms"]
+    assert p["blocks"] > 0 and p["held"] == (p["p99_ms"] <= 320.0)
 
 
 def test_search_doubles_then_bisects() -> None:
@@ -86,6 +112,9 @@ def test_search_doubles_then_bisects() -> None:
         (["--realtime"], "drop --realtime"),
         (["--probe-seconds", "0.1"], "--probe-seconds must be between"),
         (["--chunk", "16,32"], "one setting"),
+        (["--schedule", "soon"], "use aligned or ready"),
+        (["--ceiling", "0"], "positive number"),
+        (["--ceiling", "no-such.json"], "neither a number nor a readable JSON"),
     ],
 )
 def test_capacity_refuses_bad_values(dataset: Path, tmp_path: Path, extra: list[str],
@@ -115,6 +144,15 @@ def test_capacity_stopped_keeps_the_probes_done(dataset: Path, tmp_path: Path) -
     doc = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert doc["complete"] is False
     assert 1 <= len(doc["capacity"]["probes"]) < 8
+
+
+@pytest.mark.parametrize("flag", [["--schedule", "ready"], ["--ceiling", "20"]])
+def test_live_pacing_options_need_capacity(dataset: Path, tmp_path: Path,
+                                           flag: list[str]) -> None:
+    proc = _bench(str(dataset / "manifest.jsonl"), "--model", "tiny-random-transducer",
+                  "--streams", "2", *flag, "--out", str(tmp_path), timeout=120)
+    assert proc.returncode == 2 and "add --capacity" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def test_streams_auto_needs_capacity(dataset: Path, tmp_path: Path) -> None:

@@ -109,6 +109,25 @@ def register(app: typer.Typer) -> None:
             float,
             typer.Option(help="--capacity: seconds of live audio per probed stream count."),
         ] = 15.0,
+        schedule: Annotated[
+            str | None,
+            typer.Option(
+                metavar="aligned|ready",
+                help="--capacity: how live streams are stepped. aligned (the default): all "
+                "together at the ticks of one clock of the chunk's period (a chunk waits at "
+                "most one chunk for its tick, counted in the latency); ready: each as soon "
+                "as its chunk is there, as independent clients arrive.",
+            ),
+        ] = None,
+        ceiling: Annotated[
+            str | None,
+            typer.Option(
+                metavar="N|FILE",
+                help="--capacity: the engine's stream ceiling on this machine, or the JSON "
+                "of scripts/capacity_cpu.py --out; the result is then also given as a "
+                "fraction of it (see docs/performance.md).",
+            ),
+        ] = None,
         out: Annotated[
             Path,
             typer.Option(
@@ -151,6 +170,8 @@ def register(app: typer.Typer) -> None:
             ray=ray,
             capacity=capacity,
             probe_seconds=probe_seconds,
+            schedule=schedule,
+            ceiling=ceiling,
             out=out,
             baseline=baseline,
             fail_on=fail_on,
@@ -189,6 +210,8 @@ class BenchRequest:
     ray: str | None = None  # a Ray cluster's address ("local": one started here)
     capacity: bool = False
     probe_seconds: float = 15.0
+    schedule: str | None = None  # --capacity's pacing (batch.SCHEDULES); None: aligned
+    ceiling: str | None = None  # --capacity: a stream count, or capacity_cpu.py's JSON
     out: Path = Path("bench-results")
     baseline: Path | None = None
     fail_on: str | None = None
@@ -210,6 +233,12 @@ class BenchRequest:
         elif str(self.streams).strip() == "auto":
             raise UsageError("--streams auto searches the live streams a machine holds: "
                              "add --capacity, or give counts (1,2,4,8)")
+        else:
+            for flag, value in (("--schedule", self.schedule), ("--ceiling", self.ceiling)):
+                if value is not None:
+                    raise UsageError(f"{flag} applies to live streams paced by --capacity "
+                                     "(--streams alone decodes unpaced batches); add --capacity "
+                                     f"or drop {flag}")
         swept_option(self.model_options.engine)
         for n in self.capacity_counts() or self.stream_counts():
             check_number("--streams", n, 1, MAX_STREAMS, "(streams decoded in one batch)")
