@@ -6,9 +6,9 @@ batched step), starting together at one monotonic instant. A probe holds when th
 every block's step (from when its schedule let it step -> its step done: its latency, audio
 there -> step done, less its wait for the tick under `aligned`) is within the chunk's
 duration: later than that, a live stream falls further behind with every chunk. The align
-wait is bounded by one chunk and does not grow; it is reported, and is part of the latency. `--streams auto` doubles N
-until a probe fails, then bisects between the last that held and the first that did not;
-a list of counts probes just those.
+wait is bounded by one chunk and does not grow; it is reported, and is part of the latency.
+`--streams auto` doubles N until a probe fails, then bisects between the last that held and
+the first that did not; a list of counts probes just those.
 """
 
 from __future__ import annotations
