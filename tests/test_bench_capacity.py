@@ -12,6 +12,7 @@ import pytest
 from conftest import make_dataset
 
 from streamasr.bench.capacity_search import search
+from streamasr.commands.bench_capacity import read_ceiling
 
 
 def _bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
@@ -160,3 +161,27 @@ def test_streams_auto_needs_capacity(dataset: Path, tmp_path: Path) -> None:
                   "--streams", "auto", "--out", str(tmp_path), timeout=120)
     assert proc.returncode == 2 and "add --capacity" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_ceiling_script_feeds_bench_ceiling(tmp_path: Path) -> None:
+    """scripts/capacity_cpu.py measures the engine's ceiling per batch size; its JSON is what
+    `bench --capacity --ceiling FILE` reads."""
+    out = tmp_path / "ceiling.json"
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).parent.parent / "scripts" / "capacity_cpu.py"),
+         "--seconds", "1", "--batches", "2,1", "--reps", "1", "--bare", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert json.loads(proc.stdout) == doc
+    assert [row["batch"] for row in doc["rows"]] == [1, 2]
+    for row in doc["rows"]:
+        for loop in ("streamasr", "bare"):
+            cost = row[loop]["cpu_s_per_audio_s"]
+            assert cost > 0 and row[loop]["ceiling_streams"] == pytest.approx(
+                doc["cores"] / cost, rel=0.01)
+    assert doc["ceiling_streams"] == max(r["streamasr"]["ceiling_streams"] for r in doc["rows"])
+    assert doc["cpu"] and doc["sherpa_onnx_version"] and len(doc["loadavg_after"]) == 3
+    assert "ceiling:" in proc.stderr
+    assert read_ceiling(str(out)) == doc["ceiling_streams"]
