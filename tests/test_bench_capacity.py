@@ -8,11 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import make_dataset
 
+from streamasr.backends.base import EngineOptions
+from streamasr.backends.registry import load_recognizer
+from streamasr.bench.capacity import CapacityProbe, ProbeSpec
 from streamasr.bench.capacity_search import search
 from streamasr.commands.bench_capacity import read_ceiling
+from streamasr.session.stream import StreamOptions
 
 
 def _bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
@@ -88,6 +93,42 @@ def test_capacity_ready_schedule_steps_on_arrival(dataset: Path, tmp_path: Path)
     assert cap["schedule"] == "ready" and cap["of_ceiling"] is None
     assert p["align_wait_p50_ms"] is None and p["step_p99_ms"] == p["p99_ms"]
     assert p["blocks"] > 0 and p["held"] == (p["p99_ms"] <= 320.0)
+
+
+class _FakeTime:
+    """A clock that moves only when the probe sleeps: engine steps take no time, so every
+    latency is exactly the schedule's own wait."""
+
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def clock(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.now_s += max(0.0, seconds)
+
+
+@pytest.mark.parametrize("schedule", ["aligned", "ready"])
+def test_probe_latency_is_the_schedules_wait(schedule: str) -> None:
+    """Four streams at quarter-chunk phases on the real tiny-en: aligned, each block waits
+    for the clock's next tick (0, 3/4, 1/2, 1/4 of the 320 ms chunk) and that wait is its
+    latency; ready, each steps the moment its block is there."""
+    recognizer = load_recognizer("tiny-en", EngineOptions(threads=1))
+    clip = np.random.default_rng(3).standard_normal(16000 * 2).astype(np.float32) * 0.1
+    time_ = _FakeTime()
+    spec = ProbeSpec(clip, 16000, streams=4, first=0, total=4, duration_s=4.0, schedule=schedule)
+    probe = CapacityProbe(recognizer, spec, StreamOptions(), time_.clock, time_.sleep)
+    result = probe.run(start_at=time_.now_s + 0.5)
+    assert not result.fell_behind and result.late_start_ms == 0
+    # 12 blocks a stream, those all there before the first second left out: 9 of stream 0's
+    # (due at 0.32 k s), 10 of each other's (due 80, 160, 240 ms later)
+    assert len(result.latencies_ms) == 9 + 3 * 10
+    if schedule == "ready":
+        assert result.align_waits_ms == () and max(result.latencies_ms) < 1e-6
+        return
+    assert sorted({round(w) for w in result.align_waits_ms}) == [0, 80, 160, 240]
+    assert result.latencies_ms == pytest.approx(result.align_waits_ms, abs=1e-3)
 
 
 def test_search_doubles_then_bisects() -> None:
