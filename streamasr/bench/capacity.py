@@ -37,6 +37,8 @@ from streamasr.session.stream import StreamOptions, StreamSession
 WARMUP_S = 1.0
 #: A probe this far behind real time has failed already; it stops rather than run on.
 MAX_LAG_S = 5.0
+#: A block due this little after a tick counts as due on it (float sums of block_s round).
+TICK_SLACK_S = 1e-6
 #: Streams start this many seconds apart in the shared clip, so they decode different audio.
 CLIP_STAGGER_S = 3.7
 
@@ -170,7 +172,8 @@ class CapacityProbe:
             tally.mark_cpu(now)
             arrived: list[tuple[int, float]] = []
             for i in range(count):
-                while fed[i] < self.blocks and due[i] <= tick:
+                # one block per stream: its next is a period later, past this tick
+                if fed[i] < self.blocks and due[i] <= tick + TICK_SLACK_S:
                     self._feed(i, fed[i])
                     arrived.append((i, due[i]))
                     fed[i] += 1
@@ -190,7 +193,7 @@ class CapacityProbe:
         steady = [t for _, t in arrived if t >= tally.steady_at]
         tally.latencies_ms += [(done - t) * 1000 for t in steady]
         if tick is not None:
-            tally.waits_ms += [(tick - t) * 1000 for t in steady]
+            tally.waits_ms += [max(0.0, tick - t) * 1000 for t in steady]
         return True
 
 
