@@ -3,10 +3,12 @@
 The worker processes load their engine first (not timed); then each probe shares N streams
 out among them (capacity.py paces them at real time through streamasr's session loop and
 batched step), starting together at one monotonic instant. A probe holds when the p99 of
-every block's latency (audio there -> its step done) is within the chunk's duration: later
-than that, a live stream falls further behind with every chunk. `--streams auto` doubles N
-until a probe fails, then bisects between the last that held and the first that did not;
-a list of counts probes just those.
+every block's step (from when its schedule let it step -> its step done: its latency, audio
+there -> step done, less its wait for the tick under `aligned`) is within the chunk's
+duration: later than that, a live stream falls further behind with every chunk. The align
+wait is bounded by one chunk and does not grow; it is reported, and is part of the latency.
+`--streams auto` doubles N until a probe fails, then bisects between the last that held and
+the first that did not; a list of counts probes just those.
 """
 
 from __future__ import annotations
@@ -81,22 +83,30 @@ def read_clip(utterances: Sequence[Utterance], max_s: float = CLIP_MAX_S) -> Cli
 
 
 def probe(pool: WorkerPool, clip: Clip, streams: int, duration_s: float,
-          deadline_ms: float) -> dict[str, Any]:
-    """Run `streams` live streams over the pool's workers; the probe's record."""
+          deadline_ms: float, schedule: str = "aligned") -> dict[str, Any]:
+    """Run `streams` live streams over the pool's workers, paced by `schedule`
+    (batch.SCHEDULES); the probe's record."""
     used = min(pool.size, streams)
     per_worker = shares(streams, used)
     firsts = [sum(per_worker[:i]) for i in range(used)]
     pool.gather([
-        ("arm", ProbeSpec(clip.samples, clip.sample_rate, n, first, streams, duration_s))
+        ("arm", ProbeSpec(clip.samples, clip.sample_rate, n, first, streams, duration_s,
+                          schedule))
         for n, first in zip(per_worker, firsts, strict=True)
     ])
     load_before = os.getloadavg()[0]
     start_at = time.monotonic() + START_MARGIN_S
     results: list[ProbeResult] = pool.gather([("go", start_at)] * used)
     latencies = np.array([x for r in results for x in r.latencies_ms], dtype=np.float64)
+    waits = np.array([x for r in results for x in r.align_waits_ms], dtype=np.float64)
     audio_s = sum(r.audio_s for r in results)
     cpu_s = sum(r.cpu_s for r in results)
     p99 = float(np.percentile(latencies, 99)) if len(latencies) else float("inf")
+    # what must meet the chunk: a block's step, from when the schedule let it step (its tick
+    # under `aligned`, whose wait is bounded by one chunk and does not grow; its arrival
+    # under `ready`) to the step's end; later than the chunk, a stream falls further behind
+    steps = latencies - waits if len(waits) == len(latencies) else latencies
+    step_p99 = float(np.percentile(steps, 99)) if len(steps) else float("inf")
     behind = any(r.fell_behind for r in results)
     return {
         "streams": streams,
@@ -105,8 +115,12 @@ def probe(pool: WorkerPool, clip: Clip, streams: int, duration_s: float,
         "p50_ms": _ms(np.percentile(latencies, 50)) if len(latencies) else None,
         "p99_ms": _ms(p99) if len(latencies) else None,
         "max_ms": _ms(latencies.max()) if len(latencies) else None,
+        # `aligned`: a block's wait for the step clock's tick, part of its latency above
+        "align_wait_p50_ms": _ms(np.percentile(waits, 50)) if len(waits) else None,
+        "align_wait_max_ms": _ms(waits.max()) if len(waits) else None,
+        "step_p99_ms": _ms(step_p99) if len(steps) else None,
         "blocks": len(latencies),
-        "held": bool(len(latencies)) and p99 <= deadline_ms and not behind,
+        "held": bool(len(latencies)) and step_p99 <= deadline_ms and not behind,
         "fell_behind": behind,
         "cpu_s_per_audio_s": round(cpu_s / audio_s, 4) if audio_s > 0 else None,
         "late_start_ms": max(r.late_start_ms for r in results),
@@ -155,9 +169,10 @@ def largest_held(probes: Sequence[dict[str, Any]]) -> int:
 
 def capacity_summary(
     probes: Sequence[dict[str, Any]], deadline_ms: float, duration_s: float, load_s: float,
-    workers: int, auto: bool,
+    workers: int, auto: bool, schedule: str = "aligned", ceiling: float | None = None,
 ) -> dict[str, Any]:
-    """The `capacity` entry of results.json."""
+    """The `capacity` entry of results.json. `ceiling`: the engine's own stream ceiling on
+    this machine (scripts/capacity_cpu.py), which the largest count is given as a fraction of."""
     best = largest_held(probes)
     held = [p for p in probes if p["streams"] == best and p["held"]]
     cpu = held[0]["cpu_s_per_audio_s"] if held else None
@@ -166,6 +181,7 @@ def capacity_summary(
         "deadline_ms": round(deadline_ms, 3),
         "probe_s": duration_s,
         "search": "auto" if auto else "listed",
+        "schedule": schedule,
         "workers": workers,
         "cores": _cores(),
         "load_s": round(load_s, 3),
@@ -173,6 +189,8 @@ def capacity_summary(
         "cores_needed_at_largest": round(cpu * best, 3) if cpu is not None else None,
         # the CPU's own bound: every core busy at the cheapest cost per audio second seen
         "cpu_bound_streams": _cpu_bound(probes),
+        "ceiling_streams": ceiling,
+        "of_ceiling": round(best / ceiling, 3) if ceiling else None,
         "probes": sorted(probes, key=lambda p: p["streams"]),
         "probe_order": [p["streams"] for p in probes],
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -109,6 +109,25 @@ def register(app: typer.Typer) -> None:
             float,
             typer.Option(help="--capacity: seconds of live audio per probed stream count."),
         ] = 15.0,
+        schedule: Annotated[
+            str | None,
+            typer.Option(
+                metavar="aligned|ready",
+                help="--capacity: how live streams are stepped. aligned (the default): all "
+                "together at the ticks of one clock of the chunk's period (a chunk waits at "
+                "most one chunk for its tick, counted in the latency); ready: each as soon "
+                "as its chunk is there, as independent clients arrive.",
+            ),
+        ] = None,
+        ceiling: Annotated[
+            str | None,
+            typer.Option(
+                metavar="N|FILE",
+                help="--capacity: the engine's stream ceiling on this machine, or the JSON "
+                "of scripts/capacity_cpu.py --out; the result is then also given as a "
+                "fraction of it (see docs/performance.md).",
+            ),
+        ] = None,
         out: Annotated[
             Path,
             typer.Option(
@@ -151,6 +170,8 @@ def register(app: typer.Typer) -> None:
             ray=ray,
             capacity=capacity,
             probe_seconds=probe_seconds,
+            schedule=schedule,
+            ceiling=ceiling,
             out=out,
             baseline=baseline,
             fail_on=fail_on,
@@ -189,6 +210,8 @@ class BenchRequest:
     ray: str | None = None  # a Ray cluster's address ("local": one started here)
     capacity: bool = False
     probe_seconds: float = 15.0
+    schedule: str | None = None  # --capacity's pacing (batch.SCHEDULES); None: aligned
+    ceiling: str | None = None  # --capacity: a stream count, or capacity_cpu.py's JSON
     out: Path = Path("bench-results")
     baseline: Path | None = None
     fail_on: str | None = None
@@ -210,6 +233,12 @@ class BenchRequest:
         elif str(self.streams).strip() == "auto":
             raise UsageError("--streams auto searches the live streams a machine holds: "
                              "add --capacity, or give counts (1,2,4,8)")
+        else:
+            for flag, value in (("--schedule", self.schedule), ("--ceiling", self.ceiling)):
+                if value is not None:
+                    raise UsageError(f"{flag} applies to live streams paced by --capacity "
+                                     "(--streams alone decodes unpaced batches); add --capacity "
+                                     f"or drop {flag}")
         swept_option(self.model_options.engine)
         for n in self.capacity_counts() or self.stream_counts():
             check_number("--streams", n, 1, MAX_STREAMS, "(streams decoded in one batch)")
@@ -278,6 +307,7 @@ def run_bench(request: BenchRequest) -> bool:
     )
     from streamasr.bench.tables import TableColumns
     from streamasr.commands.bench_output import note_int8_batching, show_results
+    from streamasr.commands.bench_passes import run_all, stopped_record
     from streamasr.commands.options import (
         backend_and_device,
         chosen_backend,
@@ -363,7 +393,7 @@ def run_bench(request: BenchRequest) -> bool:
         run_setting, run["ray"] = ray_runner(request.ray, request.out)
     records = RecordLog(request.out)
     try:
-        results, complete = _run_all(
+        results, complete = run_all(
             settings,
             plan.engine,
             data.utterances,
@@ -378,7 +408,7 @@ def run_bench(request: BenchRequest) -> bool:
     doc["complete"] = complete
     if not complete:
         # stopped by a signal: what finished is written and shown, then the stop goes on
-        doc["stopped"] = _stopped_record(results, len(data.utterances) * len(settings))
+        doc["stopped"] = stopped_record(results, len(data.utterances) * len(settings))
         write_results(request.out, doc)
         show_results(doc, request.out)
         raise KeyboardInterrupt
@@ -404,85 +434,3 @@ def run_bench(request: BenchRequest) -> bool:
             highlight=False,
         )
     return bool(failed)
-
-
-def _stopped_record(results: list[dict[str, Any]], planned: int) -> dict[str, Any]:
-    """Why and where an incomplete results.json ends."""
-    from streamasr.session.interrupts import signal_name, stopped_by
-
-    signum = stopped_by()
-    return {
-        "signal": signal_name(signum) if signum is not None else "KeyboardInterrupt",
-        "utterances_done": sum(len(s["utterances"]) for s in results),
-        "utterances_planned": planned,
-    }
-
-
-def _run_all(
-    settings: list[Any],
-    engine: Any,
-    utterances: Any,
-    options: Any,
-    streams: list[int],
-    run_setting: Any,
-    keep: Any = lambda record: None,
-) -> tuple[list[dict[str, Any]], bool]:
-    """Run each setting under one progress bar with an ETA (shown on a terminal only).
-
-    `keep` gets every finished utterance's record at once (the `utterances.jsonl` log).
-    Stopped (Ctrl-C, SIGTERM), it returns what finished and False: the settings done, and
-    the one-stream records of the setting that was running (a partial batched pass is
-    left out: it compares with nothing).
-    """
-    import time
-
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    from streamasr.bench.report import setting_record, summarize
-
-    passes = 1 + sum(1 for n in streams if n > 1)
-    total = len(utterances) * len(settings) * passes
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-    )
-    results: list[dict[str, Any]] = []
-    with Progress(
-        *columns, console=err_console, transient=True, disable=not err_console.is_terminal
-    ) as progress:
-        task = progress.add_task("bench", total=total)
-
-        running: list[Any] = []  # the one-stream records of the setting now running
-
-        def on_done(name: str, record: Any) -> None:
-            keep({"setting": name, **record.to_dict()})
-            if name == settings[len(results)].name:
-                running.append(record)
-            progress.update(task, advance=1, description=f"{name}: {escape(record.id)}")
-
-        for setting in settings:
-            running.clear()
-            started = time.perf_counter()
-            try:
-                results.append(run_setting(setting, engine, utterances, options, streams, on_done))
-            except KeyboardInterrupt:
-                if running:
-                    order = {u.id: i for i, u in enumerate(utterances)}
-                    done = sorted(running, key=lambda r: order.get(r.id, 0))
-                    summary = summarize(done, options.metric, time.perf_counter() - started)
-                    summary["complete"] = False
-                    info = setting.recognizer.info
-                    results.append(setting_record(setting.name, info, summary, done))
-                return results, False
-    return results, True

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
+from pathlib import Path
 from typing import Any
 
 from streamasr.commands.common import err_console
@@ -25,11 +28,40 @@ def check_capacity(request: Any) -> None:
                         ("--plot", request.plot)):
         if value is not None:
             raise UsageError(f"--capacity writes its own report; drop {flag}")
+    from streamasr.session.batch import SCHEDULES
+
+    if request.schedule is not None and request.schedule not in SCHEDULES:
+        raise UsageError(f"--schedule {request.schedule!r}: use {' or '.join(SCHEDULES)}")
+    if request.ceiling is not None:
+        read_ceiling(request.ceiling)
     if not PROBE_MIN_S <= request.probe_seconds <= PROBE_MAX_S:
         raise UsageError(
             f"--probe-seconds must be between {PROBE_MIN_S:g} and {PROBE_MAX_S:g}, "
             f"got {request.probe_seconds:g}"
         )
+
+
+def read_ceiling(value: str) -> float:
+    """--ceiling: a stream count, or the `ceiling_streams` of scripts/capacity_cpu.py's JSON."""
+    found: Any
+    try:
+        found = float(value)
+    except ValueError:
+        found = _ceiling_in_file(value)
+    if (isinstance(found, bool) or not isinstance(found, (int, float))
+            or not math.isfinite(found) or found <= 0):
+        raise UsageError(f"--ceiling {value}: give a positive number of streams, or the JSON "
+                         "that scripts/capacity_cpu.py --out writes")
+    return float(found)
+
+
+def _ceiling_in_file(value: str) -> Any:
+    try:
+        doc = json.loads(Path(value).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--ceiling {value}: neither a number nor a readable JSON file of "
+                         f"scripts/capacity_cpu.py --out ({exc})") from None
+    return doc.get("ceiling_streams") if isinstance(doc, dict) else None
 
 
 def run_capacity(request: Any, setting: Any, utterances: Any, options: Any,
@@ -46,6 +78,8 @@ def run_capacity(request: Any, setting: Any, utterances: Any, options: Any,
     from streamasr.bench.workers import worker_pool
 
     counts = request.capacity_counts()
+    schedule = request.schedule or "aligned"
+    ceiling = read_ceiling(request.ceiling) if request.ceiling is not None else None
     clip = read_clip(utterances)
     deadline_ms = setting.recognizer.info.chunk_s * 1000
     if deadline_ms <= 0:
@@ -59,7 +93,7 @@ def run_capacity(request: Any, setting: Any, utterances: Any, options: Any,
             "run": run,
             "dataset": dataset,
             "capacity": capacity_summary(done, deadline_ms, request.probe_seconds, load_s,
-                                         request.workers, counts is None),
+                                         request.workers, counts is None, schedule, ceiling),
             "complete": complete,
         }
         write_capacity(request.out, doc)
@@ -70,7 +104,7 @@ def run_capacity(request: Any, setting: Any, utterances: Any, options: Any,
             load_s = pool.start_ready()
 
             def one(n: int) -> dict[str, Any]:
-                found = probe(pool, clip, n, request.probe_seconds, deadline_ms)
+                found = probe(pool, clip, n, request.probe_seconds, deadline_ms, schedule)
                 done.append(found)
                 # one line per probe on stderr, also when it is a log: a search takes minutes
                 err_console.print(f"capacity: {n} streams: p99 {found['p99_ms']} ms, "
