@@ -32,7 +32,7 @@ class ServerLimits:
     send_queue_events: int = 1024  # events not yet read by a client before it is dropped
     max_batch: int = 32  # streams in one batched engine step
     max_wait_ms: float = 5.0  # how long a step waits for more streams to fill its batch
-    schedule: str = "aligned"  # when a due stream steps: at the shared tick, or when ready
+    schedule: str = "ready"  # when a due stream steps: at once (ready) or at the shared tick
     grace_s: float = 30.0  # after SIGTERM, how long open sessions may go on
 
 

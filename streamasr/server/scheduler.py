@@ -27,10 +27,11 @@ block is fed (the tail padding after the last one, once the input ended) only wh
 more is ready: `streamasr file`'s order, so its events. With 100 ms messages and a 320 ms
 chunk that is one round per engine step, not one per message.
 
-Two pacings (`--schedule`, session/batch.py's StepClock). `ready`: an utterance joins the
-queue as soon as a step is due, so streams at different phases meet in one batch only by
-chance and a round is often one or two streams, each paying a whole engine call. `aligned`
-(the default): an utterance whose step came due with newly received audio is held until the
+Two pacings (`--schedule`, session/batch.py's StepClock). `ready` (the default): an
+utterance joins the queue as soon as a step is due, so streams at different phases meet
+in one batch only by chance and a round is often one or two streams, each paying a whole
+engine call.
+`aligned`: an utterance whose step came due with newly received audio is held until the
 next tick of one step clock of the model's chunk period, and every held utterance steps in
 that tick's round, so a round is as large as the number of live streams and the engine's
 cost per stream falls (docs/serve.md, "Aligned stepping"). The wait is below one chunk,
@@ -384,6 +385,11 @@ class Scheduler:
         are the finished round's events made on the event loop, so the engine does not sit
         idle while they are (at 32 streams a round, several ms of a step of tens). A stream
         of the finished round joins the queue again after its events, at the back.
+
+        Aligned stepping is not pipelined: the next round starts after the events, so the
+        streams just stepped are in it if they are due (by then, or behind). A server that
+        falls behind then steps every stream in one batch instead of splitting them into two
+        batches taking turns, and the engine's cost per stream stays at its lowest.
         """
         flight: _Flight | None = None
         while True:
@@ -399,7 +405,8 @@ class Scheduler:
                 self._failed(batch, exc)
                 flight = None
                 continue
-            flight = self._launch()  # the next round steps while this one's events are made
+            # ready: the next round steps while this one's events are made
+            flight = self._launch() if self._step_clock is None else None
             try:
                 self._finish(batch, stepped, elapsed)
             except Exception as exc:
