@@ -10,10 +10,12 @@ git (`--rev`, default HEAD) into a temporary folder and run from there, so nothi
 copied into this project.
 
 Starts, on free loopback ports, with the same model files and engine settings (1 thread,
-batches of up to 32 streams, 5 ms wait for a batch):
+or `--threads N`; batches of up to 32 streams, 5 ms wait for a batch):
 
 - `streamasr serve` with its defaults (each message fed as it comes, 0.3 s tail padding: as
-  sherpa-onnx's server does),
+  sherpa-onnx's server does; aligned stepping),
+- with `--schedules aligned,ready`, one `streamasr serve` per schedule ("streamasr" is the
+  default one, "streamasr-ready" the one with `--schedule ready`),
 - sherpa-onnx's `streaming_server.py`,
 - with `--file-settings`, also `streamasr serve --block-ms 320 --tail-padding 0.66`
   ("streamasr-file": `streamasr file`'s defaults, one chunk and 0.66 s),
@@ -124,6 +126,10 @@ def main() -> None:
     parser.add_argument("--overload", action="store_true")
     parser.add_argument("--file-settings", action="store_true",
                         help="also a server with streamasr file's feed block and padding")
+    parser.add_argument("--threads", type=int, default=ENGINE["threads"],
+                        help="engine threads of every server")
+    parser.add_argument("--schedules", default="aligned",
+                        help="streamasr servers to run, one per --schedule (aligned,ready)")
     parser.add_argument("--out", type=Path, default=Path("serve_side_by_side.json"))
     args = parser.parse_args()
     if args.sherpa_onnx is None:
@@ -132,20 +138,23 @@ def main() -> None:
     files = model_files(model)
     with tempfile.TemporaryDirectory(prefix="sherpa-server-") as tmp:
         commit = extract_sherpa_server(args.sherpa_onnx, args.rev, Path(tmp))
-        names = ["streamasr", *(["streamasr-file"] if args.file_settings else []),
-                 "sherpa-onnx"]
+        schedules = [name.strip() for name in args.schedules.split(",") if name.strip()]
+        served = {("streamasr" if schedule == "aligned" else f"streamasr-{schedule}"): schedule
+                  for schedule in schedules}
+        names = [*served, *(["streamasr-file"] if args.file_settings else []), "sherpa-onnx"]
         ports = {name: free_port() for name in names}
         serve = [sys.executable, "-m", "streamasr", "serve", "--model", str(model), "--chunk", "16",
-                 "--threads", str(ENGINE["threads"]), "--max-batch", str(ENGINE["max_batch"]),
+                 "--threads", str(args.threads), "--max-batch", str(ENGINE["max_batch"]),
                  "--max-wait-ms", str(ENGINE["max_wait_ms"]), "--max-connections", "256"]
         commands = {
-            "streamasr": [*serve, "--port", str(ports["streamasr"])],
+            **{name: [*serve, "--port", str(ports[name]), "--schedule", schedule]
+               for name, schedule in served.items()},
             "streamasr-file": [*serve, "--port", str(ports["streamasr-file"]),
                                "--block-ms", "320", "--tail-padding", "0.66"]
             if args.file_settings else [],
             "sherpa-onnx": [
                 sys.executable, "streaming_server.py", "--port", str(ports["sherpa-onnx"]),
-                "--num-threads", str(ENGINE["threads"]),
+                "--num-threads", str(args.threads),
                 "--max-batch-size", str(ENGINE["max_batch"]),
                 "--max-wait-ms", str(ENGINE["max_wait_ms"]),
                 "--max-active-connections", "256", "--doc-root", "web",

@@ -24,7 +24,8 @@ MODEL = "tiny-en"
 START_LIMIT_S = 120.0  # a loaded machine may take this long to import and load the model
 
 # what differs between two runs of the same audio: the clocks
-CLOCK_FIELDS = ("wall_s", "compute_s", "rtf", "first_token_wall_latency_s", "wall_latency_s")
+CLOCK_FIELDS = ("wall_s", "compute_s", "rtf", "first_token_wall_latency_s", "wall_latency_s",
+                "align_wait_ms", "align_wait_max_ms")
 
 
 @dataclass

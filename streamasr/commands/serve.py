@@ -82,7 +82,17 @@ SendQueueOpt = Annotated[
 ]
 MaxBatchOpt = Annotated[int, typer.Option(help="Streams in one batched engine step.")]
 MaxWaitOpt = Annotated[
-    float, typer.Option(help="How long an engine step waits for more streams to batch.")
+    float,
+    typer.Option(help="--schedule ready: how long an engine step waits for more streams to batch."),
+]
+ScheduleOpt = Annotated[
+    str,
+    typer.Option(
+        help="When a stream with a chunk ready steps: aligned (at the next tick of one clock "
+        "of chunk period, with every other stream due: larger batches, a wait below one "
+        "chunk) or ready (at once, batched with whoever is ready then).",
+        case_sensitive=False,
+    ),
 ]
 GraceOpt = Annotated[
     float,
@@ -311,7 +321,7 @@ def serve_workers(
 def server_limits(
     max_connections: int, max_session_s: float, idle_timeout_s: float,
     handshake_timeout_s: float, max_frame_bytes: int, max_queued_audio_s: float,
-    send_queue: int, max_batch: int, max_wait_ms: float, grace_s: float,
+    send_queue: int, max_batch: int, max_wait_ms: float, grace_s: float, schedule: str,
 ) -> ServerLimits:  # fmt: skip
     """The limits given, range-checked."""
     from streamasr.server.limits import check_limits
@@ -322,7 +332,7 @@ def server_limits(
             idle_timeout_s=idle_timeout_s, handshake_timeout_s=handshake_timeout_s,
             max_frame_bytes=max_frame_bytes, max_queued_audio_s=max_queued_audio_s,
             send_queue_events=send_queue, max_batch=max_batch, max_wait_ms=max_wait_ms,
-            grace_s=grace_s,
+            grace_s=grace_s, schedule=schedule.lower(),
         )
     )  # fmt: skip
 
@@ -411,6 +421,7 @@ def serve_command(
     send_queue: SendQueueOpt = _LIMITS.send_queue_events,
     max_batch: MaxBatchOpt = _LIMITS.max_batch,
     max_wait_ms: MaxWaitOpt = _LIMITS.max_wait_ms,
+    schedule: ScheduleOpt = _LIMITS.schedule,
     grace_s: GraceOpt = _LIMITS.grace_s,
     token_file: TokenFileOpt = None,
     allow_origin: AllowOriginOpt = None,
@@ -439,6 +450,7 @@ def serve_command(
         limits = server_limits(
             max_connections, max_session_s, idle_timeout_s, handshake_timeout_s,
             max_frame_bytes, max_queued_audio_s, send_queue, max_batch, max_wait_ms, grace_s,
+            schedule,
         )  # fmt: skip
         security = server_security(token_file, allow_origin, certfile, keyfile)
         check_port_and_workers(port, workers)

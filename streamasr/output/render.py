@@ -249,6 +249,7 @@ class JsonlRenderer:
                 "first_token_wall_latency_s": summary.first_token_wall_latency_s,
                 "revisions": summary.revisions,
                 "skipped_s": round(summary.skipped_s, 6),
+                **_waits(summary),
             }
         )
 
@@ -256,6 +257,13 @@ class JsonlRenderer:
         """Write one record as its line (a transport may keep the record instead)."""
         self.out.write(jsonl_line(record) + "\n")
         self.out.flush()
+
+
+def _waits(summary: StreamSummary) -> dict[str, object]:
+    """A served utterance's step waits (none for a local stream: its steps never wait)."""
+    if summary.align_wait_ms is None:
+        return {}
+    return {"align_wait_ms": summary.align_wait_ms, "align_wait_max_ms": summary.align_wait_max_ms}
 
 
 def jsonl_line(record: dict[str, object]) -> str:

@@ -82,7 +82,7 @@ class StreamServer:
         self.metrics = metrics or Metrics()
         self.scheduler = Scheduler(
             recognizer, options, self.metrics, limits.max_batch, limits.max_wait_ms / 1000,
-            per_message=per_message, finishing=finishing,
+            per_message=per_message, finishing=finishing, schedule=limits.schedule,
         )
         self.rooms = Rooms(rooms, self.metrics.registry) if rooms is not None else None
         self.room_feeds = RoomFeeds(self.rooms)

@@ -13,6 +13,7 @@ import ssl
 from dataclasses import dataclass
 
 from streamasr.errors import UsageError
+from streamasr.session.batch import SCHEDULES
 from streamasr.whole_file import read_whole
 
 TOKEN_ENV = "STREAMASR_TOKEN"
@@ -31,6 +32,7 @@ class ServerLimits:
     send_queue_events: int = 1024  # events not yet read by a client before it is dropped
     max_batch: int = 32  # streams in one batched engine step
     max_wait_ms: float = 5.0  # how long a step waits for more streams to fill its batch
+    schedule: str = "ready"  # when a due stream steps: at once (ready) or at the shared tick
     grace_s: float = 30.0  # after SIGTERM, how long open sessions may go on
 
 
@@ -88,6 +90,8 @@ def check_limits(limits: ServerLimits) -> ServerLimits:
     for option, (number, lo, hi) in seconds.items():
         if not (math.isfinite(number) and lo <= number <= hi):
             raise UsageError(f"{option} {number:g}: use a number from {lo:g} to {hi:g}")
+    if limits.schedule not in SCHEDULES:
+        raise UsageError(f"--schedule {limits.schedule!r}: use {' or '.join(SCHEDULES)}")
     return limits
 
 

@@ -47,6 +47,13 @@ class Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128),
             registry=r,
         )
+        self.align_wait = Histogram(
+            "streamasr_step_wait_seconds",
+            "How long a stream's step waited to start once due (the tick under --schedule "
+            "aligned, the queue under both)",
+            buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0),
+            registry=r,
+        )
         self.first_token = Histogram(
             "streamasr_first_token_latency_seconds",
             "First-token latency after speech onset: audio (algorithmic) or wall (only for "

@@ -27,6 +27,18 @@ block is fed (the tail padding after the last one, once the input ended) only wh
 more is ready: `streamasr file`'s order, so its events. With 100 ms messages and a 320 ms
 chunk that is one round per engine step, not one per message.
 
+Two pacings (`--schedule`, session/batch.py's StepClock). `ready` (the default): an
+utterance joins the queue as soon as a step is due, so streams at different phases meet
+in one batch only by chance and a round is often one or two streams, each paying a whole
+engine call.
+`aligned`: an utterance whose step came due with newly received audio is held until the
+next tick of one step clock of the model's chunk period, and every held utterance steps in
+that tick's round, so a round is as large as the number of live streams and the engine's
+cost per stream falls (docs/serve.md, "Aligned stepping"). The wait is below one chunk,
+counted in every latency the clients see and reported per utterance (`align_wait_ms` in its
+summary). What is behind is not held: an ended input, or one with a chunk or more queued
+(a client sending faster than real time) steps in the next round, as under `ready`.
+
 Events leave as event objects (session/events.py; the summary last), finished (punctuation,
 casing) and handed to the utterance's `deliver` callback on the event loop; the transport
 encodes them (server/ws_adapter.py: the JSON lines of `streamasr file --format jsonl`).
@@ -43,6 +55,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
+import functools
 import logging
 import time
 from collections import OrderedDict, deque
@@ -57,7 +71,7 @@ from streamasr.output.finishing import NONE, Finishing, finished
 from streamasr.output.render import Renderer
 from streamasr.server.metrics import Metrics
 from streamasr.server.protocol import CLOSE_INVALID, MESSAGE, ProtocolError, SessionConfig
-from streamasr.session.batch import after_engine_step, engine_step
+from streamasr.session.batch import StepClock, after_engine_step, engine_step
 from streamasr.session.events import Event, FirstToken, StreamSummary
 from streamasr.session.stream import StreamOptions, StreamSession
 
@@ -87,6 +101,25 @@ class _Outbox:
         return items
 
 
+@dataclass
+class _Waits:
+    """How long an utterance's steps waited to start after they came due."""
+
+    total_s: float = 0.0
+    longest_s: float = 0.0
+    steps: int = 0
+
+    def add(self, seconds: float) -> None:
+        self.total_s += seconds
+        self.longest_s = max(self.longest_s, seconds)
+        self.steps += 1
+
+    def summary_ms(self) -> tuple[float, float]:
+        """(mean, longest) in milliseconds."""
+        mean = self.total_s / self.steps if self.steps else 0.0
+        return round(mean * 1000, 3), round(self.longest_s * 1000, 3)
+
+
 @dataclass(eq=False)
 class Utterance:
     """One utterance of one connection: its session, audio not yet fed, where events go.
@@ -113,6 +146,8 @@ class Utterance:
     in_round: bool = False  # its engine step runs now
     check: bool = False  # fed or stepped since it was last found not ready: try a step
     discarded: bool = False
+    due_at_s: float | None = None  # when its step came due (the scheduler's clock)
+    waits: _Waits = field(default_factory=lambda: _Waits())
     done: asyncio.Future[None] | None = None
     drained: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -143,10 +178,13 @@ class Scheduler:
         clock: Callable[[], float] = time.perf_counter,
         per_message: bool = False,
         finishing: Finishing = NONE,
+        schedule: str = "aligned",
     ) -> None:
         """`per_message`: sessions that do not say their own feed block get one per message;
         `finishing`: the server's default finishing steps (`serve --punctuate/--sentence-case`;
-        a punctuation model here also serves sessions that ask for one)."""
+        a punctuation model here also serves sessions that ask for one); `schedule`:
+        `aligned` or `ready` (the module's docstring; a model without a fixed chunk is
+        stepped `ready`)."""
         self.recognizer = recognizer
         self.options = options
         self.metrics = metrics
@@ -160,6 +198,10 @@ class Scheduler:
         )
         self._step_started_s: float | None = None  # time.monotonic() of the step in flight
         self._ready: OrderedDict[Utterance, None] = OrderedDict()
+        self._held: OrderedDict[Utterance, None] = OrderedDict()  # waiting for the tick
+        self._tick_s: float | None = None  # the tick the held utterances wait for
+        self.schedule = schedule
+        self._origin_s = clock()
         self._wake = asyncio.Event()
 
     async def open(
@@ -217,8 +259,13 @@ class Scheduler:
         utterance.queued_samples += len(samples)
         if utterance.blocks:
             utterance.drained.clear()
-        if not utterance.in_round and utterance not in self._ready and self._prepare(utterance):
-            self._mark_ready(utterance)
+        if (
+            not utterance.in_round
+            and utterance not in self._ready
+            and utterance not in self._held
+            and self._prepare(utterance)
+        ):
+            self._mark_due(utterance, hold=not self._behind(utterance))
 
     def _prepare(self, utterance: Utterance) -> bool:
         """On the event loop: feed blocks (then the tail padding, once the input ended) until
@@ -261,20 +308,74 @@ class Scheduler:
                 utterance.blocks.append(utterance.pending)
                 utterance.pending = np.zeros(0, np.float32)
             if not utterance.in_round:
-                self._mark_ready(utterance)  # its round waits for no batch to fill
+                self._held.pop(utterance, None)
+                self._mark_due(utterance)  # its round waits for no batch nor tick
         return utterance.done
 
     def discard(self, utterance: Utterance) -> None:
         """The connection went away: forget the utterance (a step in flight is ignored)."""
         utterance.discarded = True
         self._ready.pop(utterance, None)
+        self._held.pop(utterance, None)
         utterance.drained.set()
         if utterance.done is not None and not utterance.done.done():
             utterance.done.set_result(None)
 
-    def _mark_ready(self, utterance: Utterance) -> None:
-        self._ready[utterance] = None
+    @functools.cached_property
+    def _step_clock(self) -> StepClock | None:
+        """Aligned stepping's clock (None: `ready`, or a model without a fixed chunk)."""
+        chunk_s = self.recognizer.chunk_s
+        if self.schedule != "aligned" or chunk_s <= 0:
+            return None
+        return StepClock(self._origin_s, chunk_s)
+
+    def _mark_due(self, utterance: Utterance, hold: bool = False) -> None:
+        """Queue an utterance whose step is due: at the back of the next round's queue, or
+        (`hold`, aligned stepping) with the others waiting for the next tick."""
+        now = self.clock()
+        if utterance.due_at_s is None:
+            utterance.due_at_s = now
+        if hold and self._step_clock is not None:
+            if not self._held:
+                self._tick_s = self._step_clock.next_tick_s(now)
+            self._held[utterance] = None
+        else:
+            self._ready[utterance] = None
         self._wake.set()
+
+    def _behind(self, utterance: Utterance) -> bool:
+        """Not held for a tick: the input ended, or a chunk or more waits unfed (audio
+        sent faster than real time; holding it would slow it down to real time)."""
+        chunk = self.recognizer.chunk_s * utterance.config.sample_rate
+        return utterance.ending or utterance.queued_samples >= chunk
+
+    def _tick_due(self) -> bool:
+        """The held utterances' tick has come."""
+        return bool(self._held) and self._tick_s is not None and self.clock() >= self._tick_s
+
+    async def _until_due(self) -> None:
+        """Idle: wait until a round may start. Under `ready`, for a step to come due and
+        then (no input ended) up to max_wait for a batch to fill; under `aligned`, for an
+        utterance that is not held, or the held ones' tick."""
+        while not self._ready:
+            if self._held and self._tick_s is not None:
+                delay = self._tick_s - self.clock()
+                if delay <= 0:
+                    return
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                except TimeoutError:
+                    return
+            else:
+                await self._wake.wait()
+                if (
+                    self._step_clock is None
+                    and len(self._ready) < self.max_batch
+                    and self.max_wait_s > 0
+                    and not any(utterance.ending for utterance in self._ready)
+                ):
+                    await asyncio.sleep(self.max_wait_s)
+            self._wake.clear()
 
     async def run(self) -> None:
         """The scheduler task: runs until cancelled.
@@ -284,19 +385,16 @@ class Scheduler:
         are the finished round's events made on the event loop, so the engine does not sit
         idle while they are (at 32 streams a round, several ms of a step of tens). A stream
         of the finished round joins the queue again after its events, at the back.
+
+        Aligned stepping is not pipelined: the next round starts after the events, so the
+        streams just stepped are in it if they are due (by then, or behind). A server that
+        falls behind then steps every stream in one batch instead of splitting them into two
+        batches taking turns, and the engine's cost per stream stays at its lowest.
         """
         flight: _Flight | None = None
         while True:
             if flight is None:
-                if not self._ready:  # idle: wait for a step to come due, then for a batch
-                    await self._wake.wait()
-                    self._wake.clear()
-                    if (
-                        len(self._ready) < self.max_batch
-                        and self.max_wait_s > 0
-                        and not any(utterance.ending for utterance in self._ready)
-                    ):
-                        await asyncio.sleep(self.max_wait_s)
+                await self._until_due()
                 flight = self._launch()
                 if flight is None:
                     continue
@@ -307,7 +405,8 @@ class Scheduler:
                 self._failed(batch, exc)
                 flight = None
                 continue
-            flight = self._launch()  # the next round steps while this one's events are made
+            # ready: the next round steps while this one's events are made
+            flight = self._launch() if self._step_clock is None else None
             try:
                 self._finish(batch, stepped, elapsed)
             except Exception as exc:
@@ -335,8 +434,13 @@ class Scheduler:
                 utterance.fail(f"engine step failed: {exc}")
 
     def _take_round(self) -> list[Utterance]:
-        """Up to max_batch utterances with a step due, in queue order; those
-        with nothing due leave the queue, an ended one with its last final."""
+        """Up to max_batch utterances with a step due, in queue order (the held ones join
+        at the back once their tick has come); those with nothing due leave the queue, an
+        ended one with its last final. Each one's wait since its step came due is noted."""
+        if self._tick_due():
+            self._ready.update(self._held)
+            self._held.clear()
+            self._tick_s = None
         batch: list[Utterance] = []
         while self._ready and len(batch) < self.max_batch:
             utterance, _ = self._ready.popitem(last=False)
@@ -345,6 +449,13 @@ class Scheduler:
             if self._due_or_closed(utterance):
                 utterance.in_round = True
                 batch.append(utterance)
+        now = self.clock()
+        for utterance in batch:
+            if utterance.due_at_s is not None:
+                waited = max(0.0, now - utterance.due_at_s)
+                utterance.waits.add(waited)
+                self.metrics.align_wait.observe(waited)
+                utterance.due_at_s = None
         return batch
 
     def _due_or_closed(self, utterance: Utterance) -> bool:
@@ -374,8 +485,8 @@ class Scheduler:
             if did_step:
                 self._render(utterance, events)
                 self._send(utterance)
-            if self._due_or_closed(utterance):
-                self._ready[utterance] = None  # to the back: first come, first stepped
+            if self._due_or_closed(utterance):  # to the back: first come, first stepped
+                self._mark_due(utterance, hold=not self._behind(utterance))
 
     def _decode(self, streams: list[Any], checked: bool) -> tuple[list[bool], float]:
         """On the worker thread: one batched step; which streams stepped, and its time.
@@ -397,7 +508,11 @@ class Scheduler:
         utterance.ended = True
         session = utterance.session
         self._render(utterance, session.close())
-        utterance.renderer.end(session.summary())
+        mean_ms, longest_ms = utterance.waits.summary_ms()
+        summary = dataclasses.replace(
+            session.summary(), align_wait_ms=mean_ms, align_wait_max_ms=longest_ms
+        )
+        utterance.renderer.end(summary)
         self._send(utterance)
         self.metrics.utterances.inc()
         if utterance.done is not None and not utterance.done.done():

@@ -137,6 +137,9 @@ class StreamSummary:
     first_token_wall_latency_s: float | None = None  # only under real-time pacing
     revisions: int = 0
     skipped_s: float = 0.0  # input the VAD gate (--vad-gate) kept from the recogniser
+    # serve only: how long the steps waited to start once due (mean, longest; ms)
+    align_wait_ms: float | None = None
+    align_wait_max_ms: float | None = None
 
     @property
     def rtf(self) -> float:
