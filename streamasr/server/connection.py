@@ -21,7 +21,7 @@ from streamasr.output.render import jsonl_line
 from streamasr.server import protocol
 from streamasr.server.protocol import ProtocolError
 from streamasr.server.rooms import Publishing, presented_token
-from streamasr.server.scheduler import Delivered, Utterance
+from streamasr.server.utterance import Delivered, Utterance
 from streamasr.server.ws_adapter import WireEncoder
 
 if TYPE_CHECKING:

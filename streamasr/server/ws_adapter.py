@@ -14,7 +14,7 @@ import io
 
 from streamasr.output.render import JsonlRenderer
 from streamasr.server.protocol import SessionConfig
-from streamasr.server.scheduler import Delivered
+from streamasr.server.utterance import Delivered
 from streamasr.session.events import WIRE_VERSION, StreamSummary
 
 #: One event's or summary's JSON object, as written on the wire.
