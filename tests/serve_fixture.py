@@ -49,9 +49,11 @@ class ServerProcess:
 
 
 @contextmanager
-def serve(*args: str, env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+def serve(
+    *args: str, env: dict[str, str] | None = None, model: str = MODEL
+) -> Iterator[ServerProcess]:
     """Start `python -m streamasr serve --port 0 ARGS`, yield it once it listens, stop it."""
-    command = [sys.executable, "-m", "streamasr", "serve", "--model", MODEL, "--port", "0",
+    command = [sys.executable, "-m", "streamasr", "serve", "--model", model, "--port", "0",
                "--host", "127.0.0.1", *args]
     process = subprocess.Popen(
         command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -103,10 +105,12 @@ def pcm(path: str) -> tuple[bytes, int]:
     return data.tobytes(), rate
 
 
-def file_events(*paths: str, options: tuple[str, ...] = ()) -> dict[str, list[dict[str, Any]]]:
+def file_events(
+    *paths: str, options: tuple[str, ...] = (), model: str = MODEL
+) -> dict[str, list[dict[str, Any]]]:
     """What `streamasr file PATHS --format jsonl OPTIONS` prints, per source."""
     done = subprocess.run(
-        [sys.executable, "-m", "streamasr", "file", *paths, "--model", MODEL, "--format",
+        [sys.executable, "-m", "streamasr", "file", *paths, "--model", model, "--format",
          "jsonl", *options],
         cwd=REPO, capture_output=True, text=True, check=True,
     )
