@@ -207,11 +207,24 @@ class Target:
 
 
 def cpu_seconds(pid: int | None) -> float | None:
-    """User + system CPU seconds of a process and its threads (from /proc)."""
+    """User + system CPU seconds of a process, its threads and its live child processes
+    (`serve --workers N`'s workers), from /proc."""
     if pid is None:
         return None
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_seconds(child) or 0.0 for child in child_pids(pid))
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live child processes of `pid` (from /proc; empty where the kernel does not list)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found += [int(child) for child in task.read_text().split()]
+        except OSError:  # the thread ended meanwhile
+            continue
+    return found
 
 
 def thread_cpu_seconds(pid: int | None) -> dict[int, float]:

@@ -10,7 +10,9 @@ git (`--rev`, default HEAD) into a temporary folder and run from there, so nothi
 copied into this project.
 
 Starts, on free loopback ports, with the same model files and engine settings (1 thread,
-or `--threads N`; batches of up to 32 streams, 5 ms wait for a batch):
+or `--threads N`; batches of up to 32 streams, 5 ms wait for a batch; `--workers N` runs
+each streamasr server as N processes and `--sherpa-threads N` gives sherpa-onnx's server,
+one process, N engine threads: each server's own way to use the cores):
 
 - `streamasr serve` with its defaults (each message fed as it comes, 0.3 s tail padding: as
   sherpa-onnx's server does; aligned stepping),
@@ -128,6 +130,10 @@ def main() -> None:
                         help="also a server with streamasr file's feed block and padding")
     parser.add_argument("--threads", type=int, default=ENGINE["threads"],
                         help="engine threads of every server")
+    parser.add_argument("--sherpa-threads", type=int, default=None,
+                        help="sherpa-onnx's server's threads (default: --threads)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="streamasr serve --workers (server processes, one per core)")
     parser.add_argument("--schedules", default="aligned",
                         help="streamasr servers to run, one per --schedule (aligned,ready)")
     parser.add_argument("--out", type=Path, default=Path("serve_side_by_side.json"))
@@ -145,7 +151,8 @@ def main() -> None:
         ports = {name: free_port() for name in names}
         serve = [sys.executable, "-m", "streamasr", "serve", "--model", str(model), "--chunk", "16",
                  "--threads", str(args.threads), "--max-batch", str(ENGINE["max_batch"]),
-                 "--max-wait-ms", str(ENGINE["max_wait_ms"]), "--max-connections", "256"]
+                 "--max-wait-ms", str(ENGINE["max_wait_ms"]), "--max-connections", "256",
+                 "--workers", str(args.workers)]
         commands = {
             **{name: [*serve, "--port", str(ports[name]), "--schedule", schedule]
                for name, schedule in served.items()},
@@ -154,7 +161,7 @@ def main() -> None:
             if args.file_settings else [],
             "sherpa-onnx": [
                 sys.executable, "streaming_server.py", "--port", str(ports["sherpa-onnx"]),
-                "--num-threads", str(args.threads),
+                "--num-threads", str(args.sherpa_threads or args.threads),
                 "--max-batch-size", str(ENGINE["max_batch"]),
                 "--max-wait-ms", str(ENGINE["max_wait_ms"]),
                 "--max-active-connections", "256", "--doc-root", "web",
