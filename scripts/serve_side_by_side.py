@@ -15,9 +15,11 @@ each streamasr server as N processes and `--sherpa-threads N` gives sherpa-onnx'
 one process, N engine threads: each server's own way to use the cores):
 
 - `streamasr serve` with its defaults (each message fed as it comes, 0.3 s tail padding: as
-  sherpa-onnx's server does; aligned stepping),
-- with `--schedules aligned,ready`, one `streamasr serve` per schedule ("streamasr" is the
-  default one, "streamasr-ready" the one with `--schedule ready`),
+  sherpa-onnx's server does; ready stepping),
+- with `--schedules ready,aligned`, one `streamasr serve` per schedule ("streamasr" is the
+  default one, ready; "streamasr-aligned" the one with `--schedule aligned`; records made
+  before ready became this script's default name the aligned server "streamasr" and the
+  ready one "streamasr-ready": each record's "commands" says which is which),
 - sherpa-onnx's `streaming_server.py`,
 - with `--file-settings`, also `streamasr serve --block-ms 320 --tail-padding 0.66`
   ("streamasr-file": `streamasr file`'s defaults, one chunk and 0.66 s),
@@ -134,8 +136,8 @@ def main() -> None:
                         help="sherpa-onnx's server's threads (default: --threads)")
     parser.add_argument("--workers", type=int, default=1,
                         help="streamasr serve --workers (server processes, one per core)")
-    parser.add_argument("--schedules", default="aligned",
-                        help="streamasr servers to run, one per --schedule (aligned,ready)")
+    parser.add_argument("--schedules", default="ready",
+                        help="streamasr servers to run, one per --schedule (ready,aligned)")
     parser.add_argument("--out", type=Path, default=Path("serve_side_by_side.json"))
     args = parser.parse_args()
     if args.sherpa_onnx is None:
@@ -145,7 +147,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sherpa-server-") as tmp:
         commit = extract_sherpa_server(args.sherpa_onnx, args.rev, Path(tmp))
         schedules = [name.strip() for name in args.schedules.split(",") if name.strip()]
-        served = {("streamasr" if schedule == "aligned" else f"streamasr-{schedule}"): schedule
+        served = {("streamasr" if schedule == "ready" else f"streamasr-{schedule}"): schedule
                   for schedule in schedules}
         names = [*served, *(["streamasr-file"] if args.file_settings else []), "sherpa-onnx"]
         ports = {name: free_port() for name in names}

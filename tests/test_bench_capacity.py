@@ -52,12 +52,12 @@ def test_workers_times_streams_give_the_one_stream_text(dataset: Path, tmp_path:
 
 
 def test_capacity_reports_live_streams_held(dataset: Path, tmp_path: Path) -> None:
-    """The default (aligned) schedule: the streams step at one clock's ticks, each block's
-    wait for its tick is below one chunk and part of its latency, on both workers' common
-    clock; --ceiling gives the fraction."""
+    """--schedule aligned: the streams step at one clock's ticks, each block's wait for its
+    tick is below one chunk and part of its latency, on both workers' common clock;
+    --ceiling gives the fraction."""
     proc = _bench(str(dataset / "manifest.jsonl"), "--model", "tiny-en", "--threads", "1",
                   "--workers", "2", "--capacity", "--streams", "1,3", "--probe-seconds", "2",
-                  "--ceiling", "40", "--out", str(tmp_path))
+                  "--schedule", "aligned", "--ceiling", "40", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     cap = doc["capacity"]
@@ -82,11 +82,11 @@ def test_capacity_reports_live_streams_held(dataset: Path, tmp_path: Path) -> No
     assert "| streams |" in (tmp_path / "results.md").read_text(encoding="utf-8")
 
 
-def test_capacity_ready_schedule_steps_on_arrival(dataset: Path, tmp_path: Path) -> None:
-    """--schedule ready: each stream steps as its chunk arrives, so no align wait."""
+def test_capacity_default_ready_schedule_steps_on_arrival(dataset: Path, tmp_path: Path) -> None:
+    """The default schedule, ready (as serve's): each stream steps as its chunk arrives, so
+    no align wait."""
     proc = _bench(str(dataset / "manifest.jsonl"), "--model", "tiny-en", "--threads", "1",
-                  "--capacity", "--streams", "2", "--probe-seconds", "2",
-                  "--schedule", "ready", "--out", str(tmp_path))
+                  "--capacity", "--streams", "2", "--probe-seconds", "2", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     cap = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))["capacity"]
     (p,) = cap["probes"]

@@ -113,10 +113,10 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 metavar="aligned|ready",
-                help="--capacity: how live streams are stepped. aligned (the default): all "
-                "together at the ticks of one clock of the chunk's period (a chunk waits at "
-                "most one chunk for its tick, counted in the latency); ready: each as soon "
-                "as its chunk is there, as independent clients arrive.",
+                help="--capacity: how live streams are stepped. ready (the default, as serve's): "
+                "each as soon as its chunk is there, as independent clients arrive; aligned: "
+                "all together at the ticks of one clock of the chunk's period (a chunk waits "
+                "at most one chunk for its tick, counted in the latency).",
             ),
         ] = None,
         ceiling: Annotated[
@@ -210,7 +210,7 @@ class BenchRequest:
     ray: str | None = None  # a Ray cluster's address ("local": one started here)
     capacity: bool = False
     probe_seconds: float = 15.0
-    schedule: str | None = None  # --capacity's pacing (batch.SCHEDULES); None: aligned
+    schedule: str | None = None  # --capacity's pacing (batch.SCHEDULES); None: ready
     ceiling: str | None = None  # --capacity: a stream count, or capacity_cpu.py's JSON
     out: Path = Path("bench-results")
     baseline: Path | None = None

@@ -78,7 +78,7 @@ def run_capacity(request: Any, setting: Any, utterances: Any, options: Any,
     from streamasr.bench.workers import worker_pool
 
     counts = request.capacity_counts()
-    schedule = request.schedule or "aligned"
+    schedule = request.schedule or "ready"
     ceiling = read_ceiling(request.ceiling) if request.ceiling is not None else None
     clip = read_clip(utterances)
     deadline_ms = setting.recognizer.info.chunk_s * 1000

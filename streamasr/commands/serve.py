@@ -26,7 +26,7 @@ from streamasr.commands.options import ModelOptions, with_model_options
 from streamasr.errors import DependencyError, StreamAsrError, UsageError
 from streamasr.extras import install_hint
 from streamasr.output.finishing import NONE, Finishing, load_finishing
-from streamasr.server.limits import Security, ServerLimits
+from streamasr.server.limits import ConnectionSlots, Security, ServerLimits
 from streamasr.server.reach import Exposure, bracketed, exposure_warning, openable
 from streamasr.session.stream import StreamOptions
 
@@ -251,7 +251,7 @@ def prepare(
 
 
 def load_server(
-    setup: ServerSetup, finishing: Finishing = NONE, limits: ServerLimits | None = None
+    setup: ServerSetup, finishing: Finishing = NONE, slots: ConnectionSlots | None = None
 ) -> StreamServer:
     """Load the model by the plan and put a server over it. Once it is loaded, the steps'
     freed blocks are reused instead of mapped anew each step (commands/memory.py)."""
@@ -262,8 +262,8 @@ def load_server(
     log.info("model: %s", recognizer.description)
     reuse_freed_blocks()
     return StreamServer(
-        recognizer, setup.feed, limits or setup.limits, setup.security,
-        per_message=setup.per_message, finishing=finishing, rooms=setup.rooms,
+        recognizer, setup.feed, setup.limits, setup.security,
+        per_message=setup.per_message, finishing=finishing, rooms=setup.rooms, slots=slots,
     )  # fmt: skip
 
 
@@ -303,17 +303,17 @@ def serve_workers(
     from streamasr.server.app import run_server
     from streamasr.server.workers import run_workers
 
-    share = dataclasses.replace(
-        setup.limits, max_connections=max(1, -(-setup.limits.max_connections // workers))
-    )
+    slots = ConnectionSlots.shared(setup.limits.max_connections, workers)
 
-    def serve_in_worker(sock: socket.socket, worker_ready: Callable[[], None]) -> int | None:
+    def serve_in_worker(
+        sock: socket.socket, worker_ready: Callable[[], None], index: int
+    ) -> int | None:
         finishing = load_finishing(*setup.finish_args)  # each process its own punctuation model
-        server = load_server(setup, finishing, share)
+        server = load_server(setup, finishing, slots.worker(index))
         return run_server(server, None, None, lambda _: worker_ready(), sock)
 
     try:
-        return run_workers(workers, host, port, serve_in_worker, ready)
+        return run_workers(workers, host, port, serve_in_worker, ready, slots.forget_worker)
     except RuntimeError as exc:
         raise StreamAsrError(str(exc)) from None
 

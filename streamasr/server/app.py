@@ -29,7 +29,7 @@ from streamasr.backends.base import Recognizer
 from streamasr.output.finishing import NONE, Finishing
 from streamasr.server import protocol
 from streamasr.server.connection import Connection, Stop
-from streamasr.server.limits import Security, ServerLimits
+from streamasr.server.limits import ConnectionSlots, Security, ServerLimits
 from streamasr.server.metrics import Metrics
 from streamasr.server.room_feeds import PREFIX as ROOMS_PREFIX
 from streamasr.server.room_feeds import RoomFeeds
@@ -70,11 +70,13 @@ class StreamServer:
         per_message: bool = False,
         finishing: Finishing = NONE,
         rooms: RoomOptions | None = None,
+        slots: ConnectionSlots | None = None,
     ) -> None:
         """`per_message`: sessions that do not say their own feed block are fed each audio
         message as it comes (cut at `options.block_s`), not in fixed blocks; `finishing`:
         the sessions' default punctuation or casing (each may ask otherwise). `rooms`: None,
-        a server without rooms (--workers: one room must live in one process)."""
+        a server without rooms (--workers: one room must live in one process). `slots`:
+        the connection counts, shared by the workers with --workers."""
         self.recognizer = recognizer
         self.options = options
         self.limits = limits
@@ -87,6 +89,7 @@ class StreamServer:
         self.rooms = Rooms(rooms, self.metrics.registry) if rooms is not None else None
         self.room_feeds = RoomFeeds(self.rooms)
         self.connections: set[Connection] = set()
+        self.slots = slots or ConnectionSlots(limits.max_connections)
         self.stopping = False
         self.stop_signal: int | None = None
         self._stop = asyncio.Event()
@@ -114,10 +117,8 @@ class StreamServer:
         if path == "/readyz":
             if self.stopping:
                 return connection.respond(503, "shutting down\n")
-            if len(self.connections) >= self.limits.max_connections:
-                return connection.respond(
-                    503, f"at capacity: {len(self.connections)} connections\n"
-                )
+            if self.slots.held >= self.slots.limit:
+                return connection.respond(503, f"at capacity: {self.slots.held} connections\n")
             return connection.respond(200, "ready\n")
         if path == "/metrics":
             body, content_type = self.metrics.render()
@@ -155,7 +156,7 @@ class StreamServer:
             self.metrics.refused.labels("shutting_down").inc()
             await ws.close(protocol.CLOSE_GOING_AWAY, "server shutting down")
             return
-        if len(self.connections) >= self.limits.max_connections:
+        if not self.slots.take():
             self.metrics.refused.labels("capacity").inc()
             await ws.close(
                 protocol.CLOSE_TRY_LATER,
@@ -172,6 +173,7 @@ class StreamServer:
         finally:
             self.connections.discard(connection)
             self.metrics.active_sessions.dec()
+            self.slots.give_back()
 
     # -- serving ----------------------------------------------------------------------------
 

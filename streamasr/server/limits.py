@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hmac
 import math
+import multiprocessing
 import os
 import ssl
 from dataclasses import dataclass
+from typing import Any
 
 from streamasr.errors import UsageError
 from streamasr.session.batch import SCHEDULES
@@ -34,6 +36,49 @@ class ServerLimits:
     max_wait_ms: float = 5.0  # how long a step waits for more streams to fill its batch
     schedule: str = "ready"  # when a due stream steps: at once (ready) or at the shared tick
     grace_s: float = 30.0  # after SIGTERM, how long open sessions may go on
+
+
+class ConnectionSlots:
+    """The open connections counted against --max-connections.
+
+    With --workers the counts live in shared memory made before the fork, one cell per
+    worker: a connection is refused only when the whole server is full, whichever worker
+    the kernel handed it to (a fixed share per worker refused connections while another
+    worker had room). Each worker writes only its own cell, so no lock is shared that a
+    killed worker could leave held; the parent empties the cell of a worker that died.
+    Two workers admitting at the same instant at the limit may go over it by one each."""
+
+    def __init__(self, limit: int, cells: Any = None, index: int = 0) -> None:
+        self.limit = limit
+        self._cells = cells if cells is not None else [0]
+        self._index = index
+
+    @classmethod
+    def shared(cls, limit: int, workers: int) -> ConnectionSlots:
+        """Counts for `workers` processes, made before they are forked."""
+        return cls(limit, multiprocessing.RawArray("i", workers))
+
+    def worker(self, index: int) -> ConnectionSlots:
+        """The same counts, as worker `index` takes and gives back its slots."""
+        return ConnectionSlots(self.limit, self._cells, index)
+
+    @property
+    def held(self) -> int:
+        return sum(self._cells[:])
+
+    def take(self) -> bool:
+        """A slot for one more connection, or False when the server is full."""
+        if self.held >= self.limit:
+            return False
+        self._cells[self._index] += 1
+        return True
+
+    def give_back(self) -> None:
+        self._cells[self._index] = max(0, self._cells[self._index] - 1)
+
+    def forget_worker(self, index: int) -> None:
+        """A worker exited: its connections went with it."""
+        self._cells[index] = 0
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,12 @@
-"""`streamasr serve --workers N`: N server processes behind one listening socket.
+"""`streamasr serve --workers N`: N server processes behind one port.
 
-The parent binds the socket, forks N workers and waits. Each worker loads its own model
-(an engine's threads do not survive a fork, so nothing is loaded before it) and runs the
-whole server on the shared socket: the kernel hands each new connection to one of them.
+The parent binds one listening socket per worker on the same port (SO_REUSEPORT), forks N
+workers and waits. Each worker loads its own model (an engine's threads do not survive a
+fork, so nothing is loaded before it) and runs the whole server on its own socket: the
+kernel spreads new connections over the sockets by their addresses. (On one shared socket
+the process that woke first took every waiting connection at once: 192 clients arriving
+together split unevenly enough to fill one worker while the other had room.) Without
+SO_REUSEPORT the workers share one socket.
 The parent says it listens once every worker serves, passes SIGTERM/SIGINT on to them,
 and returns when they have all drained and exited.
 
@@ -29,40 +33,54 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 START_LIMIT_S = 600.0
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """The listening socket every worker shares."""
+def bind(host: str, port: int, workers: int = 1) -> list[socket.socket]:
+    """One listening socket per worker on one port (port 0: the first socket's), or one
+    socket for all of them where the system has no SO_REUSEPORT."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=1024)
-    sock.set_inheritable(True)
-    return sock
+    reuse_port = workers > 1 and hasattr(socket, "SO_REUSEPORT")
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(workers if reuse_port else 1):
+            sock = socket.create_server((host, port), family=family, backlog=1024,
+                                        reuse_port=reuse_port)
+            port = sock.getsockname()[1]
+            socks.append(sock)
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks if reuse_port else socks * workers
 
 
 def run_workers(
     workers: int,
     host: str,
     port: int,
-    serve_in_worker: Callable[[socket.socket, Callable[[], None]], int | None],
+    serve_in_worker: Callable[[socket.socket, Callable[[], None], int], int | None],
     on_ready: Callable[[list[tuple[str, int]]], None],
+    on_exit: Callable[[int], None] = lambda index: None,
 ) -> int | None:
-    """Fork `workers` processes running `serve_in_worker(sock, ready)`; the stop signal's
-    number once they have all exited (None if none came). RuntimeError if a worker fails
-    to start."""
-    sock = bind(host, port)
+    """Fork `workers` processes running `serve_in_worker(sock, ready, index)`; the stop
+    signal's number once they have all exited (None if none came). `on_exit(index)` runs
+    in the parent when a worker has exited. RuntimeError if a worker fails to start."""
+    socks = bind(host, port, workers)
     metrics_dir = tempfile.mkdtemp(prefix="streamasr-metrics-")
     os.environ[MULTIPROC_ENV] = metrics_dir
     ready_read, ready_write = os.pipe()
     pids: list[int] = []
     try:
-        for _ in range(workers):
+        for index, sock in enumerate(socks):
             pid = os.fork()
             if pid == 0:  # the worker
                 os.close(ready_read)
+                for other in set(socks) - {sock}:
+                    other.close()
                 code = 1
                 try:
                     def ready() -> None:
                         os.write(ready_write, b".")
 
-                    serve_in_worker(sock, ready)
+                    serve_in_worker(sock, ready, index)
                     code = 0
                 except BaseException:  # a worker never returns into the parent's code
                     log.exception("worker %d failed", os.getpid())
@@ -70,19 +88,24 @@ def run_workers(
                     os._exit(code)
             pids.append(pid)
         os.close(ready_write)
-        return asyncio.run(_supervise(pids, ready_read, sock, on_ready))
+        address = socks[0].getsockname()[:2]
+        for sock in socks:  # a worker that dies takes its socket out of the port's group
+            sock.close()
+        return asyncio.run(_supervise(pids, ready_read, address, on_ready, on_exit))
     finally:
         with contextlib.suppress(OSError):
             os.close(ready_read)
-        sock.close()
+        for sock in socks:
+            sock.close()
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 async def _supervise(
     pids: list[int],
     ready_read: int,
-    sock: socket.socket,
+    address: tuple[str, int],
     on_ready: Callable[[list[tuple[str, int]]], None],
+    on_exit: Callable[[int], None],
 ) -> int | None:
     loop = asyncio.get_running_loop()
     alive = set(pids)
@@ -111,6 +134,8 @@ async def _supervise(
                 break
             alive.discard(pid)
             multiprocess.mark_process_dead(pid)
+            if pid in pids:
+                on_exit(pids.index(pid))
             if ready[0] < len(pids) or (os.waitstatus_to_exitcode(status) and not stopped):
                 failed.append(pid)
                 log.error("worker %d exited (%d)", pid, os.waitstatus_to_exitcode(status))
@@ -138,7 +163,7 @@ async def _supervise(
             raise RuntimeError(
                 "a server worker did not start (its error is above); the others were stopped"
             )
-        on_ready([sock.getsockname()[:2]])
+        on_ready([address])
         await all_exited.wait()
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
