@@ -117,7 +117,7 @@ class StreamServer:
         if path == "/readyz":
             if self.stopping:
                 return connection.respond(503, "shutting down\n")
-            if self.slots.held >= self.slots.limit:
+            if self.slots.full:
                 return connection.respond(503, f"at capacity: {self.slots.held} connections\n")
             return connection.respond(200, "ready\n")
         if path == "/metrics":

@@ -66,9 +66,13 @@ class ConnectionSlots:
     def held(self) -> int:
         return sum(self._cells[:])
 
+    @property
+    def full(self) -> bool:
+        return self.held >= self.limit
+
     def take(self) -> bool:
         """A slot for one more connection, or False when the server is full."""
-        if self.held >= self.limit:
+        if self.full:
             return False
         self._cells[self._index] += 1
         return True
