@@ -6,6 +6,7 @@ another version or absent). So this talks to sherpa-onnx's library through its s
 (`OrtGetApiBase`, function-table slots fixed since API version 1). It runs in a child
 process (`python -m streamasr.backends.sherpa.graph_build LIB LEVEL SRC DST [SRC DST ...]`):
 a native failure there cannot take the caller down, and nothing it allocates outlives it.
+Before that, graph_rewrite.py rewrites what it knows to be slow (same math, fewer passes).
 Exit 0: every DST written; 1: a line on stderr says what failed.
 """
 
@@ -83,6 +84,22 @@ def library_version(path: str) -> str:
     return (ctypes.CFUNCTYPE(ctypes.c_char_p)(base[1])() or b"").decode()
 
 
+def rewritten(source: str, target: str) -> str:
+    """The graph to optimise: `source` with graph_rewrite's rewrites applied, staged beside
+    `target` (how many is written to `target`.rewrites for the cache's record), or `source`
+    itself when none applies (or the file is not one the onnx package can read)."""
+    from streamasr.backends.sherpa.graph_rewrite import rewrite_file
+
+    staged = f"{target}.rewritten.onnx"
+    try:
+        count = rewrite_file(source, staged)
+    except Exception:  # an optimisation only: what ONNX Runtime makes of the file decides
+        count = 0
+    with open(f"{target}.rewrites", "w") as note:
+        note.write(f"{count}\n")
+    return staged if count else source
+
+
 def main(argv: list[str]) -> int:
     """LIB LEVEL SRC DST [SRC DST ...]"""
     if len(argv) < 4 or len(argv) % 2:
@@ -92,7 +109,7 @@ def main(argv: list[str]) -> int:
         ort = OrtLibrary(argv[0])
         level = int(argv[1])
         for source, target in zip(argv[2::2], argv[3::2], strict=True):
-            ort.save_optimised(source, target, level)
+            ort.save_optimised(rewritten(source, target), target, level)
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"graph optimisation failed: {exc}", file=sys.stderr)
         return 1
