@@ -259,7 +259,8 @@ def test_a_graph_the_engine_refuses_falls_back_to_the_original_once(
     ctc = REPO / "models" / "tiny-random-ctc"
     (source,) = resolve_model(str(ctc)).onnx_files()
     entry = folder / graph_cache.entry_key(graph_cache.file_sha256(source),
-                                           str(graph_cache.ort_version()))
+                                           str(graph_cache.ort_version()),
+                                           graph_cache.rewrite_key())
     entry.mkdir(parents=True)
     junk = b"not a graph sherpa-onnx can load"
     (entry / graph_cache.GRAPH_FILE).write_bytes(junk)

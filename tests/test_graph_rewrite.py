@@ -5,6 +5,7 @@ one. Tokens through the real engine: test_graph_cache.py (int8 tiny-en) and here
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -159,7 +160,35 @@ def test_an_fp32_zipformer_decodes_the_same_tokens_rewritten(tmp_path: Path) -> 
 
 
 def _finals(jsonl: str) -> list[list[str]]:
-    import json
-
     events = [json.loads(line) for line in jsonl.splitlines() if line.strip()]
     return [e.get("tokens", []) for e in events if e.get("type") in ("partial", "final")]
+
+
+def test_without_the_onnx_package_the_cache_optimises_without_rewriting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """onnx comes with the `serve` extra only: where it is missing (a fresh process that
+    cannot import it), the graph is still cached and optimised, its entry records no
+    rewrites under a key of its own, and installing onnx later builds a rewritten entry."""
+    (encoder,) = (REPO / "models" / "tiny-en").glob("encoder-*chunk-16-*.onnx")
+    script = (
+        "import sys; sys.modules['onnx'] = None\n"
+        "from pathlib import Path\n"
+        "from streamasr.backends.sherpa import graph_cache\n"
+        f"(graph,) = graph_cache.optimised_paths([Path({str(encoder)!r})])\n"
+        "print(graph_cache.rewrite_key(), graph)\n"
+    )
+    env = {**os.environ, graph_cache.ENV_DIR: str(tmp_path / "graphs"),
+           graph_cache.ENV_SWITCH: "1"}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, check=False)
+    assert run.returncode == 0, run.stderr
+    key, graph = run.stdout.split()
+    assert key == "off"
+    record = json.loads((Path(graph).parent / graph_cache.ENTRY_FILE).read_text())
+    assert record["rewrites"] == 0 and "failed" not in record
+    monkeypatch.setenv(graph_cache.ENV_DIR, str(tmp_path / "graphs"))
+    monkeypatch.setenv(graph_cache.ENV_SWITCH, "1")
+    with_onnx = graph_cache.optimised_paths([encoder])[0]
+    assert with_onnx.parent != Path(graph).parent
+    assert json.loads((with_onnx.parent / graph_cache.ENTRY_FILE).read_text())["rewrites"] == 39

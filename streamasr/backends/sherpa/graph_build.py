@@ -101,15 +101,17 @@ def rewritten(source: str, target: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """LIB LEVEL SRC DST [SRC DST ...]"""
-    if len(argv) < 4 or len(argv) % 2:
-        print("usage: graph_build LIB LEVEL SRC DST [SRC DST ...]", file=sys.stderr)
+    """LIB LEVEL REWRITES SRC DST [SRC DST ...] (REWRITES: graph_rewrite.key(), or "off")"""
+    if len(argv) < 5 or len(argv) % 2 == 0:
+        print("usage: graph_build LIB LEVEL REWRITES SRC DST [SRC DST ...]", file=sys.stderr)
         return 2
     try:
         ort = OrtLibrary(argv[0])
         level = int(argv[1])
-        for source, target in zip(argv[2::2], argv[3::2], strict=True):
-            ort.save_optimised(rewritten(source, target), target, level)
+        rewrite = argv[2] != "off"
+        for source, target in zip(argv[3::2], argv[4::2], strict=True):
+            staged = rewritten(source, target) if rewrite else source
+            ort.save_optimised(staged, target, level)
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"graph optimisation failed: {exc}", file=sys.stderr)
         return 1

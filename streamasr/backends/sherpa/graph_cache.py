@@ -40,7 +40,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from streamasr.backends.sherpa.graph_rewrite import VERSION as REWRITE_VERSION
+from streamasr.backends.sherpa.graph_rewrite import key as rewrite_key
 
 log = logging.getLogger("streamasr")
 
@@ -175,10 +175,10 @@ def _write_json(path: Path, record: dict[str, object]) -> None:
             staged.unlink()
 
 
-def entry_key(source_sha256: str, version: str) -> str:
+def entry_key(source_sha256: str, version: str, rewrites: str) -> str:
     """The entry name: everything an optimised graph's validity depends on, hashed."""
     parts = (f"{source_sha256}|ort {version}|level {LEVEL_EXTENDED}|{cpu_signature()}|v{FORMAT}"
-             f"|rewrite {REWRITE_VERSION}")
+             f"|rewrite {rewrites}")
     return text_sha256(parts)[:40]
 
 
@@ -220,6 +220,7 @@ def optimised_paths(sources: list[Path]) -> list[Path]:
         log.debug("graph cache: sherpa-onnx bundles no ONNX Runtime library this can use")
         return list(sources)
     root = cache_root()
+    rewrites = rewrite_key()
     chosen = list(sources)
     missing: list[tuple[int, Path]] = []
     for index, source in enumerate(sources):
@@ -227,7 +228,7 @@ def optimised_paths(sources: list[Path]) -> list[Path]:
             log.debug("graph cache: %s is too large for a single-file optimised graph", source)
             continue
         try:
-            entry = root / entry_key(source_sha256(source, root), version)
+            entry = root / entry_key(source_sha256(source, root), version, rewrites)
         except OSError as exc:  # the load that follows says what is wrong with the file
             log.debug("graph cache: cannot read %s (%s)", source, exc)
             continue
@@ -242,7 +243,8 @@ def optimised_paths(sources: list[Path]) -> list[Path]:
                 shutil.rmtree(entry, ignore_errors=True)
             missing.append((index, entry))
     if missing:
-        built = _build(library, version, [(sources[i], entry) for i, entry in missing], root)
+        jobs = [(sources[i], entry) for i, entry in missing]
+        built = _build(library, version, rewrites, jobs, root)
         for (index, _), graph in zip(missing, built, strict=True):
             if graph is not None:
                 chosen[index] = graph
@@ -279,9 +281,10 @@ def prepare_folder(directory: Path) -> None:
 
 
 def _build(
-    library: Path, version: str, jobs: list[tuple[Path, Path]], root: Path
+    library: Path, version: str, rewrites: str, jobs: list[tuple[Path, Path]], root: Path
 ) -> list[Path | None]:
-    """Optimise every (source, entry) in one child process; rename each entry into place."""
+    """Optimise every (source, entry) in one child process (graph_rewrite.py's rewrites first
+    unless `rewrites` is "off"); rename each entry into place."""
     try:
         root.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
@@ -290,7 +293,7 @@ def _build(
         return [None] * len(jobs)
     try:
         argv = [sys.executable, "-m", "streamasr.backends.sherpa.graph_build", str(library)]
-        argv.append(str(LEVEL_EXTENDED))
+        argv += [str(LEVEL_EXTENDED), rewrites]
         for number, (source, _) in enumerate(jobs):
             (work / str(number)).mkdir()
             argv += [str(source.resolve()), str(work / str(number) / GRAPH_FILE)]

@@ -19,10 +19,17 @@ step runs this before ONNX Runtime optimises the graph (graph_build.py).
 
 from __future__ import annotations
 
+import importlib.util
 from collections import defaultdict
 from typing import Any  # onnx's protobuf classes carry no useful types
 
 VERSION = 1  # part of a cache entry's key: bump when what is rewritten changes
+
+
+def key() -> str:
+    """What a cache entry's key says of the rewrites: their VERSION, or "off" where the onnx
+    package (the `serve` extra) is not installed, so installing it later rebuilds the entry."""
+    return str(VERSION) if importlib.util.find_spec("onnx") is not None else "off"
 
 
 def rewrite_softplus(model: Any) -> int:
