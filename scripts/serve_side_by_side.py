@@ -50,6 +50,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 START_LIMIT_S = 300.0
 ENGINE = {"threads": 1, "max_batch": 32, "max_wait_ms": 5}
+# above any client count serve_load runs: the limit counts open sockets, and a client that
+# reconnects the instant its last session closes may find that socket still counted, so a
+# limit equal to the client count would measure admission, not capacity
+MAX_CONNECTIONS = "640"
 
 
 def free_port() -> int:
@@ -153,7 +157,7 @@ def main() -> None:
         ports = {name: free_port() for name in names}
         serve = [sys.executable, "-m", "streamasr", "serve", "--model", str(model), "--chunk", "16",
                  "--threads", str(args.threads), "--max-batch", str(ENGINE["max_batch"]),
-                 "--max-wait-ms", str(ENGINE["max_wait_ms"]), "--max-connections", "256",
+                 "--max-wait-ms", str(ENGINE["max_wait_ms"]), "--max-connections", MAX_CONNECTIONS,
                  "--workers", str(args.workers)]
         commands = {
             **{name: [*serve, "--port", str(ports[name]), "--schedule", schedule]
@@ -166,7 +170,7 @@ def main() -> None:
                 "--num-threads", str(args.sherpa_threads or args.threads),
                 "--max-batch-size", str(ENGINE["max_batch"]),
                 "--max-wait-ms", str(ENGINE["max_wait_ms"]),
-                "--max-active-connections", "256", "--doc-root", "web",
+                "--max-active-connections", MAX_CONNECTIONS, "--doc-root", "web",
                 "--tokens", str(files["tokens"]), "--encoder", str(files["encoder"]),
                 "--decoder", str(files["decoder"]), "--joiner", str(files["joiner"]),
             ],
