@@ -47,13 +47,12 @@ import time
 from io import BytesIO
 from pathlib import Path
 
+from serve_load import SERVER_CONNECTIONS  # scripts/, this script's folder
+
 REPO = Path(__file__).resolve().parent.parent
 START_LIMIT_S = 300.0
 ENGINE = {"threads": 1, "max_batch": 32, "max_wait_ms": 5}
-# above any client count serve_load runs: the limit counts open sockets, and a client that
-# reconnects the instant its last session closes may find that socket still counted, so a
-# limit equal to the client count would measure admission, not capacity
-MAX_CONNECTIONS = "640"
+MAX_CONNECTIONS = str(SERVER_CONNECTIONS)  # what serve_load gives its own server
 
 
 def free_port() -> int:
