@@ -148,7 +148,13 @@ def main() -> None:
     model = args.model.resolve()
     files = model_files(model)
     with tempfile.TemporaryDirectory(prefix="sherpa-server-") as tmp:
-        commit = extract_sherpa_server(args.sherpa_onnx, args.rev, Path(tmp))
+        try:
+            commit = extract_sherpa_server(args.sherpa_onnx, args.rev, Path(tmp))
+        except subprocess.CalledProcessError as exc:
+            why = exc.stderr.decode(errors="replace").strip().splitlines()[-1:]
+            parser.error(f"--sherpa-onnx {args.sherpa_onnx} --rev {args.rev}: no sherpa-onnx "
+                         f"server there ({' '.join(why)}); give a git clone of "
+                         "k2-fsa/sherpa-onnx and a commit it has")
         schedules = [name.strip() for name in args.schedules.split(",") if name.strip()]
         served = {("streamasr" if schedule == "ready" else f"streamasr-{schedule}"): schedule
                   for schedule in schedules}
