@@ -38,7 +38,8 @@ def test_serve_without_websockets_names_the_pip_and_the_pipx_line() -> None:
 def test_the_pipx_line_injects_what_the_extra_declares() -> None:
     # the packages come from the installed metadata, i.e. from pyproject.toml's extras
     assert [name.split(">")[0] for name in extra_requirements("serve")] == [
-        "websockets", "prometheus-client", "onnx",
+        "websockets", "prometheus-client", "onnx", "fastapi", "uvicorn", "httptools",
+        "sse-starlette", "python-multipart", "wyoming",
     ]
     assert install_hint(packages=("sounddevice",)) == (
         "pip install sounddevice (with pipx: pipx inject streamasr sounddevice)"

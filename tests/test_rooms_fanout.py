@@ -11,24 +11,18 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from typing import Any
 
-from streamasr.server.room_feeds import SseViewer
+from streamasr.server.app import StreamServer
+from streamasr.server.limits import Security, ServerLimits
 from streamasr.server.rooms import Room, RoomOptions
+from streamasr.server.web import build_app, web_server
+from streamasr.server.workers import bind
+from streamasr.session.stream import StreamOptions
 
 BOUND = 64 * 1024
 EVENT_BYTES = 16 * 1024
 EVENTS = 200
-
-
-class _Accepted(asyncio.Protocol):
-    """Holds a server-side transport until a viewer takes it over."""
-
-    def __init__(self, found: asyncio.Queue[Any]) -> None:
-        self.found = found
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.found.put_nowait(transport)
+REQUEST = b"GET /rooms/talk/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
 def _line(number: int) -> str:
@@ -38,25 +32,36 @@ def _line(number: int) -> str:
     )  # fmt: skip
 
 
+async def _joined(room: Room, count: int) -> None:
+    while len(room.viewers) < count:
+        await asyncio.sleep(0.01)
+
+
 async def _fan_out() -> tuple[Room, list[bool], list[bool], list[int]]:
+    """The server's own web stack (uvicorn, the SSE route) over a room with no engine."""
     loop = asyncio.get_running_loop()
-    found: asyncio.Queue[Any] = asyncio.Queue()
-    server = await loop.create_server(lambda: _Accepted(found), "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    room = Room("talk", RoomOptions(viewer_buffer_bytes=BOUND))
-    viewers = []
+    options = RoomOptions(viewer_buffer_bytes=BOUND)
+    server = StreamServer(None, StreamOptions(), ServerLimits(), Security(), rooms=options)  # type: ignore[arg-type]
+    assert server.rooms is not None
+    room = server.rooms.rooms["talk"] = Room("talk", options)
+    web = web_server(build_app(server), server.limits, server.security)
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    serving = asyncio.ensure_future(web.serve([sock]))
+    while not web.started:
+        await asyncio.sleep(0.01)
     # a viewer that never reads, with a small receive buffer
     stalled = socket.socket()
     stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     stalled.setblocking(False)
     await loop.sock_connect(stalled, ("127.0.0.1", port))
+    await loop.sock_sendall(stalled, REQUEST)
+    await _joined(room, 1)
+    viewers = list(room.viewers)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    for _ in range(2):
-        transport = await found.get()
-        viewer = SseViewer(transport, room, BOUND)
-        transport.set_protocol(viewer)
-        room.join(viewer, 0)
-        viewers.append(viewer)
+    writer.write(REQUEST)
+    await _joined(room, 2)
+    viewers += list(room.viewers - set(viewers))
     seqs: list[int] = []
 
     async def read() -> None:
@@ -71,10 +76,12 @@ async def _fan_out() -> tuple[Room, list[bool], list[bool], list[int]]:
         await asyncio.sleep(0.001)
     await asyncio.wait_for(reading, 60)
     # before the connections close: in the room, and still open
-    state = [[viewer in room.viewers, not viewer.done] for viewer in viewers]
+    state = [[viewer in room.viewers, viewer.closing is None] for viewer in viewers]
     writer.close()
     stalled.close()
-    server.close()
+    web.should_exit = True
+    await serving
+    server.scheduler.close()
     return room, state[0], state[1], seqs
 
 

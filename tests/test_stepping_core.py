@@ -23,7 +23,7 @@ from streamasr.output.render import JsonlRenderer
 from streamasr.server.metrics import Metrics
 from streamasr.server.protocol import SessionConfig
 from streamasr.server.scheduler import Delivered, Scheduler
-from streamasr.server.ws_adapter import WireEncoder
+from streamasr.server.wire import WireEncoder
 from streamasr.session.batch import step_all
 from streamasr.session.events import WIRE_VERSION, Event, Final, Partial, StreamSummary
 from streamasr.session.stream import StreamOptions, StreamSession

@@ -45,7 +45,8 @@ def check_server_packages() -> None:
     # workers, after its multiprocess folder is set
     missing = [
         module
-        for module in ("websockets", "prometheus_client")
+        for module in ("fastapi", "uvicorn", "sse_starlette", "multipart", "websockets",
+                       "httptools", "prometheus_client")
         if importlib.util.find_spec(module) is None
     ]
     if missing:

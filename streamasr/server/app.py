@@ -1,12 +1,10 @@
-"""The server: WebSocket sessions and HTTP routes on one port, over one scheduler.
+"""The server: one engine, one scheduler, every protocol's routes on one port.
 
-Built on the `websockets` asyncio server: its `process_request` hook answers the few HTTP
-routes (`/`, the page's files, `/healthz`, `/readyz`, `/metrics`) before a WebSocket
-handshake would start, so one small dependency serves both, with its own limits on frame
-size, handshake time and keepalive pings.
-
-Every connection is a `Connection` (server/connection.py) over the one scheduler
-(server/scheduler.py); this module routes, admits, stops and drains.
+The routes are a FastAPI application served by uvicorn (server/web.py builds it): uvicorn
+owns the sockets, HTTP, WebSocket framing, TLS and keepalive pings; each protocol is one
+adapter module over the scheduler. This module keeps what is the server's own: admission,
+the stop (drain the open sessions within the grace period, then let uvicorn close the
+rest) and the wedged-engine exit.
 """
 
 from __future__ import annotations
@@ -21,31 +19,20 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from importlib import resources
-from typing import Any, NoReturn
-from urllib.parse import parse_qs
+from typing import NoReturn, Protocol
 
 from streamasr.backends.base import Recognizer
 from streamasr.output.finishing import NONE, Finishing
 from streamasr.server import protocol
-from streamasr.server.connection import Connection, Stop
+from streamasr.server.connection import Stop
 from streamasr.server.limits import ConnectionSlots, Security, ServerLimits
 from streamasr.server.metrics import Metrics
-from streamasr.server.room_feeds import PREFIX as ROOMS_PREFIX
-from streamasr.server.room_feeds import RoomFeeds
 from streamasr.server.rooms import RoomOptions, Rooms, token_matches
 from streamasr.server.scheduler import Scheduler
 from streamasr.session.stream import StreamOptions
 
 log = logging.getLogger("streamasr")
 
-WS_PATH = "/ws"
-STATIC = {
-    "/": ("index.html", "text/html; charset=utf-8"),
-    "/index.html": ("index.html", "text/html; charset=utf-8"),
-    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
-    "/worklet.js": ("worklet.js", "text/javascript; charset=utf-8"),
-}
 #: Stop signals this close to the first are copies of it, not a second stop.
 DUPLICATE_SIGNAL_S = 1.0
 #: an engine step running this long at a stop is wedged: the server ends without it
@@ -55,6 +42,12 @@ ENGINE_WEDGED_S = 5.0
 #: runs Python that costs up to one interval per call, which on busy cores kept steps, and
 #: so first tokens and finals, late.
 SWITCH_INTERVAL_S = 0.0005
+
+
+class Stoppable(Protocol):
+    """An open session of any protocol, as the server's stop sees it."""
+
+    def request_stop(self, stop: Stop) -> None: ...
 
 
 class StreamServer:
@@ -87,93 +80,43 @@ class StreamServer:
             per_message=per_message, finishing=finishing, schedule=limits.schedule,
         )
         self.rooms = Rooms(rooms, self.metrics.registry) if rooms is not None else None
-        self.room_feeds = RoomFeeds(self.rooms)
-        self.connections: set[Connection] = set()
+        # every open session, whatever its protocol: each is asked to stop at shutdown
+        self.connections: set[Stoppable] = set()
         self.slots = slots or ConnectionSlots(limits.max_connections)
         self.stopping = False
         self.stop_signal: int | None = None
         self._stop = asyncio.Event()
         self._stop_at = 0.0
 
-    # -- HTTP -------------------------------------------------------------------------------
-
-    def process_request(self, connection: Any, request: Any) -> Any:
-        """HTTP routes; None lets a WebSocket handshake on /ws go on."""
-        path, _, query = request.path.partition("?")
-        upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
-        if path == WS_PATH:
-            if not upgrade:
-                return connection.respond(426, f"{WS_PATH} takes WebSocket connections\n")
-            if not self._admits(_token(request.headers, query)):
-                self.metrics.refused.labels("auth").inc()
-                return connection.respond(
-                    401,
-                    "missing or wrong token: send 'Authorization: Bearer TOKEN' (a browser "
-                    "page: add ?token=TOKEN to the page's address)\n",
-                )
-            return None
-        if path == "/healthz":
-            return connection.respond(200, "ok\n")
-        if path == "/readyz":
-            if self.stopping:
-                return connection.respond(503, "shutting down\n")
-            if self.slots.full:
-                return connection.respond(503, f"at capacity: {self.slots.held} connections\n")
-            return connection.respond(200, "ready\n")
-        if path == "/metrics":
-            body, content_type = self.metrics.render()
-            return _response(200, body, content_type)
-        if path == "/favicon.ico":
-            return _response(204, b"", "image/x-icon")
-        if path.startswith(ROOMS_PREFIX):
-            return self.room_feeds.http(connection, request, _token(request.headers, query))
-        if path in STATIC:
-            name, content_type = STATIC[path]
-            folder = resources.files("streamasr.server").joinpath("static")
-            data = folder.joinpath(name).read_bytes()
-            return _response(200, data, content_type)
-        return connection.respond(404, f"not found; WebSocket sessions are at {WS_PATH}\n")
-
-    def _admits(self, token: str | None) -> bool:
+    def admits(self, token: str | None) -> bool:
         """/ws takes the server's token, or the rooms' publish token when one is set."""
         if self.security.allows(token):
             return True
         publish = self.rooms.options.publish_token if self.rooms is not None else None
         return publish is not None and token_matches(publish, token)
 
-    # -- WebSocket --------------------------------------------------------------------------
+    # -- sessions -------------------------------------------------------------------------
 
-    async def handle(self, ws: Any) -> None:
-        """One WebSocket connection, from handshake to close."""
-        path, _, query = ws.request.path.partition("?")
-        if path.startswith(ROOMS_PREFIX):  # a room's viewer (server/room_feeds.py)
-            if self.stopping:
-                await ws.close(protocol.CLOSE_GOING_AWAY, "server shutting down")
-                return
-            await self.room_feeds.view(ws, _token(ws.request.headers, query))
-            return
+    def refusal(self) -> tuple[str, str] | None:
+        """Why a new session cannot start now (metrics label, message), or None: it can,
+        and it holds one of the connection slots until `release()`."""
         if self.stopping:
             self.metrics.refused.labels("shutting_down").inc()
-            await ws.close(protocol.CLOSE_GOING_AWAY, "server shutting down")
-            return
+            return "shutting_down", "server shutting down"
         if not self.slots.take():
             self.metrics.refused.labels("capacity").inc()
-            await ws.close(
-                protocol.CLOSE_TRY_LATER,
+            return "capacity", (
                 f"server at capacity ({self.limits.max_connections} connections, "
-                "--max-connections); try again later",
+                "--max-connections); try again later"
             )
-            return
-        connection = Connection(self, ws)
-        self.connections.add(connection)
         self.metrics.connections.inc()
         self.metrics.active_sessions.inc()
-        try:
-            await connection.run()
-        finally:
-            self.connections.discard(connection)
-            self.metrics.active_sessions.dec()
-            self.slots.give_back()
+        return None
+
+    def release(self) -> None:
+        """A session admitted by `refusal()` has ended."""
+        self.metrics.active_sessions.dec()
+        self.slots.give_back()
 
     # -- serving ----------------------------------------------------------------------------
 
@@ -224,67 +167,49 @@ class StreamServer:
 
     async def serve(
         self,
-        host: str | None,
-        port: int | None,
+        sock: socket.socket,
         on_ready: Callable[[list[tuple[str, int]]], None],
-        sock: socket.socket | None = None,
     ) -> None:
-        """Serve until SIGTERM/SIGINT; then drain within the grace period and return.
-
-        `sock`: a listening socket to serve on instead of `host` and `port` (--workers)."""
-        from websockets.asyncio.server import serve
+        """Serve on the listening `sock` until SIGTERM/SIGINT; then drain within the grace
+        period and return."""
+        from streamasr.server.web import build_app, web_server
 
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_stop, signum)
-        origins: list[str | None] | None = None
-        if self.security.origins:
-            origins = [*self.security.origins, None]  # None: clients that send no Origin
         scheduler_task = asyncio.create_task(self.scheduler.run())
-        limits = self.limits
+        web = web_server(build_app(self), self.limits, self.security)
         switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         # The model, the imports and the rest of startup stay for the process's life: out of
         # the garbage collector's sight, a full collection no longer walks them (~30 ms on
         # the event loop each time, which showed as late finals), only the sessions' objects.
         gc.freeze()
+        serving = asyncio.create_task(web.serve([sock]))
         try:
-            async with serve(
-                self.handle,
-                host,
-                port,
-                process_request=self.process_request,
-                origins=origins,  # type: ignore[arg-type]
-                ssl=self.security.ssl_context(),
-                compression=None,
-                open_timeout=limits.handshake_timeout_s,
-                close_timeout=5,
-                max_size=limits.max_frame_bytes,
-                server_header=None,
-                sock=sock,
-            ) as server:
-                on_ready([sock.getsockname()[:2] for sock in server.sockets])
-                await self._stop.wait()
-                self.stopping = True
-                if self.rooms is not None:  # viewers go once the publishers' finals are out
-                    self._rooms_closer = asyncio.ensure_future(
-                        self.rooms.close_when(lambda: not self.connections)
-                    )
-                log.info("stopping: no new connections; %d open", len(self.connections))
-                server.close(close_connections=False)
-                waiting = asyncio.ensure_future(server.wait_closed())
-                wedged = asyncio.ensure_future(self._engine_wedged())
-                first = asyncio.FIRST_COMPLETED
-                done, _ = await asyncio.wait({waiting, wedged}, timeout=limits.grace_s,
-                                             return_when=first)  # fmt: skip
-                if waiting not in done:
-                    if wedged not in done:
-                        self._close_sessions()
-                        done, _ = await asyncio.wait({waiting, wedged}, return_when=first)
-                    if wedged in done:
-                        self._abandon_wedged_engine()
-                wedged.cancel()
+            while not web.started:
+                if serving.done():
+                    serving.result()
+                    raise RuntimeError("the web server stopped while starting")
+                await asyncio.sleep(0.01)
+            on_ready([sock.getsockname()[:2]])
+            await self._stop.wait()
+            self.stopping = True
+            if self.rooms is not None:  # viewers go once the publishers' finals are out
+                self._rooms_closer = asyncio.ensure_future(
+                    self.rooms.close_when(lambda: not self.connections)
+                )
+            log.info("stopping: no new connections; %d open", len(self.connections))
+            for listener in web.servers:
+                listener.close()
+            await self._drain()
+            web.should_exit = True
+            await serving
         finally:
+            if not serving.done():
+                web.force_exit = web.should_exit = True
+                with contextlib.suppress(Exception):
+                    await serving
             scheduler_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await scheduler_task
@@ -298,28 +223,27 @@ class StreamServer:
                 # signal's default action (exit status -15 instead of 0)
                 signal.signal(signum, signal.SIG_IGN)
 
+    async def _drain(self) -> None:
+        """Let the open sessions finish within the grace period, then close them (each
+        still flushes its last final); a wedged engine ends the process."""
 
-def _token(headers: Any, query: str) -> str | None:
-    auth = headers.get("Authorization", "")
-    if auth.lower().startswith("bearer "):
-        return str(auth[7:].strip())
-    values = parse_qs(query).get("token")
-    return values[0] if values else None
+        async def sessions_done() -> None:
+            while self.connections:
+                await asyncio.sleep(0.05)
 
-
-def _response(status: int, body: bytes, content_type: str) -> Any:
-    from websockets.datastructures import Headers
-    from websockets.http11 import Response
-
-    headers = Headers(
-        [
-            ("Content-Type", content_type),
-            ("Content-Length", str(len(body))),
-            ("Cache-Control", "no-store"),
-            ("Connection", "close"),
-        ]
-    )
-    return Response(status, "OK" if status == 200 else "Error", headers, body)
+        waiting = asyncio.ensure_future(sessions_done())
+        wedged = asyncio.ensure_future(self._engine_wedged())
+        first = asyncio.FIRST_COMPLETED
+        done, _ = await asyncio.wait({waiting, wedged}, timeout=self.limits.grace_s,
+                                     return_when=first)  # fmt: skip
+        if waiting not in done:
+            if wedged not in done:
+                self._close_sessions()
+                done, _ = await asyncio.wait({waiting, wedged}, return_when=first)
+            if wedged in done:
+                self._abandon_wedged_engine()
+        for task in (waiting, wedged):
+            task.cancel()
 
 
 def run_server(
@@ -329,6 +253,13 @@ def run_server(
     on_ready: Callable[[list[tuple[str, int]]], None],
     sock: socket.socket | None = None,
 ) -> int | None:
-    """Run until stopped; the stop signal's number (None if none came)."""
-    asyncio.run(server.serve(host, port, on_ready, sock))
+    """Run until stopped; the stop signal's number (None if none came).
+
+    `sock`: a listening socket to serve on (--workers share one); else one is bound to
+    `host` and `port`."""
+    from streamasr.server.workers import bind
+
+    if sock is None:
+        sock = bind(host or "0.0.0.0", port or 0)
+    asyncio.run(server.serve(sock, on_ready))
     return server.stop_signal

@@ -1,8 +1,8 @@
 """One WebSocket client of `streamasr serve`: its config, its audio, its events.
 
 A `Connection` reads the config and the audio of utterance after utterance, hands the audio
-to the scheduler and sends the events the scheduler delivers (event objects, encoded by the
-WebSocket adapter, server/ws_adapter.py) through a bounded queue, so a client that reads
+to the scheduler and sends the events the scheduler delivers (event objects, encoded as the
+wire records of server/wire.py) through a bounded queue, so a client that reads
 slowly only ever delays itself (and is closed once its queue is full). A message costs one
 plain `await` of the WebSocket: one timer per connection holds the handshake, idle and
 session limits, and a stop cancels the pending receive.
@@ -22,7 +22,7 @@ from streamasr.server import protocol
 from streamasr.server.protocol import ProtocolError
 from streamasr.server.rooms import Publishing, presented_token
 from streamasr.server.utterance import Delivered, Utterance
-from streamasr.server.ws_adapter import WireEncoder
+from streamasr.server.wire import WireEncoder
 
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
@@ -42,6 +42,14 @@ class Stop(Exception):
         self.reason = protocol.close_reason(reason)
         self.kind = kind  # metrics label
         self.flush = flush  # finish the open utterance and send its final first
+
+
+class SocketClosed(Exception):
+    """The WebSocket is closed (by the client, or by uvicorn on a protocol error: `code`)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 class Gone(Exception):
@@ -187,8 +195,7 @@ class Connection:
         if self.publishing is None:
             if config.room is None:
                 return
-            query = self.ws.request.path.partition("?")[2]
-            token = presented_token(self.ws.request.headers, query)
+            token = presented_token(self.ws.headers, self.ws.query)
             self.publishing = Publishing(self.server.rooms, token)
         self.publishing.begin(config.room, config.partials)
 
@@ -251,12 +258,8 @@ class Connection:
             uncancel = getattr(task, "uncancel", None)
             if uncancel is not None and uncancel() > 0:
                 raise
-        except Exception as exc:
-            from websockets.exceptions import ConnectionClosed  # here: ~4 us per import
-
-            if not isinstance(exc, ConnectionClosed):
-                raise
-            if _refused_too_big(exc):
+        except SocketClosed as closed:
+            if closed.code == protocol.CLOSE_TOO_BIG:  # uvicorn refused a message too big
                 self.server.metrics.dropped.labels("frame_too_big").inc()
             raise Gone() from None
         finally:
@@ -286,13 +289,11 @@ class Connection:
         )
 
     async def _send_loop(self) -> None:
-        from websockets.exceptions import ConnectionClosed
-
         while True:
             line = await self.outbox.get()
             try:
                 await self.ws.send(line)
-            except ConnectionClosed:
+            except SocketClosed:
                 pass
             finally:
                 self.outbox.task_done()
@@ -303,15 +304,3 @@ def _kind(code: int) -> str:
         protocol.CLOSE_UNSUPPORTED: "unexpected_message",
         protocol.CLOSE_INVALID: "invalid_input",
     }.get(code, "protocol")
-
-
-def _refused_too_big(closed: Any) -> bool:
-    """The server closed the connection with 1009 itself: a message over --max-frame-bytes.
-
-    Read from the close frame the server sent (`sent`), not from the one received: on such
-    a message the server fails the connection at once and reads nothing more, so the
-    client's echo of 1009 is never seen. A close the client began (`rcvd_then_sent`) is the
-    client's own, echoed back, and is not counted."""
-    sent = getattr(closed, "sent", None)
-    code = getattr(sent, "code", None)
-    return code == protocol.CLOSE_TOO_BIG and not getattr(closed, "rcvd_then_sent", False)

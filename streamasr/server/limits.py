@@ -102,6 +102,11 @@ class Security:
             return False
         return hmac.compare_digest(presented.encode("utf-8"), self.token.encode("utf-8"))
 
+    def origin_allowed(self, origin: str | None) -> bool:
+        """A WebSocket from a browser page: its Origin must be one of --allow-origin (when
+        any is given); clients that send no Origin (not browsers) are not asked."""
+        return not self.origins or origin is None or origin in self.origins
+
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS context for --certfile/--keyfile, or None for plain ws:// and http://."""
         if self.certfile is None:

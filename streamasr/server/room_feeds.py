@@ -1,5 +1,5 @@
-"""The viewers' side of rooms over HTTP: the page, the WebSocket and Server-Sent Events
-feeds, and the transcripts so far.
+"""The viewers' side of rooms: the page, the WebSocket and Server-Sent Events feeds, and
+the transcripts so far.
 
     GET /rooms/NAME                      the viewer page
     GET /rooms/NAME/ws  (WebSocket)      the room's events, one JSON text message each
@@ -10,43 +10,59 @@ A feed sends the kept finals after `?after=SEQ` (SSE: also the `Last-Event-ID` h
 reconnecting EventSource sends), then a `status` event, then the live events. The view
 token (`--view-token-file`), when set, comes as `Authorization: Bearer` or `?token=`.
 
-The server is the `websockets` one, which answers plain HTTP only with whole responses; an
-SSE feed is an endless response, so its TCP connection is taken over from websockets (the
-transport given a protocol of ours, websockets left a stand-in that closes at once) and
-written to directly, like a WebSocket viewer, with no task per viewer.
+A viewer is a bounded queue the room writes to without waiting (`QueuedViewer`); the feed's
+request drains it onto its connection (sse-starlette for SSE). Unsent bytes past the
+room's `viewer_buffer_bytes` mean a reader too slow for the room: it is dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import io
 import json
 import logging
+from collections import deque
+from collections.abc import AsyncIterator
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request, WebSocket
+from fastapi.responses import PlainTextResponse, Response
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from streamasr.server import protocol
 from streamasr.server.rooms import (
     CLOSE_FULL,
     CLOSE_TOKEN,
     CLOSE_UNKNOWN,
+    KEEPALIVE_S,
     Room,
     Rooms,
+    presented_token,
     token_matches,
 )
+
+if TYPE_CHECKING:
+    from streamasr.server.app import StreamServer
 
 log = logging.getLogger("streamasr")
 
 PREFIX = "/rooms/"
 TRANSCRIPTS = {
-    "transcript.txt": "text/plain; charset=utf-8",
-    "transcript.srt": "application/x-subrip; charset=utf-8",
-    "transcript.vtt": "text/vtt; charset=utf-8",
+    "txt": "text/plain; charset=utf-8",
+    "srt": "application/x-subrip; charset=utf-8",
+    "vtt": "text/vtt; charset=utf-8",
 }
 STATIC = {"room.js": "text/javascript; charset=utf-8"}
 MAX_AFTER = 2**53
+#: How long a dropped or closed viewer's feed may take to send what it still holds.
+CLOSE_FLUSH_S = 5.0
+NO_STORE = {"Cache-Control": "no-store"}
+
+router = APIRouter(tags=["rooms"])
 
 
 class FeedError(Exception):
@@ -58,236 +74,220 @@ class FeedError(Exception):
         self.code = code
         self.reason = protocol.close_reason(reason)
 
+    def response(self) -> PlainTextResponse:
+        return PlainTextResponse(self.reason + "\n", self.status, headers=NO_STORE)
 
-def split(path: str) -> tuple[str, str]:
-    """`/rooms/NAME/rest` as (NAME, rest); FeedError for a name that cannot be a room's."""
-    name, _, rest = path[len(PREFIX) :].partition("/")
+
+def check_name(name: str) -> str:
+    """FeedError for a name that cannot be a room's."""
     if not protocol.ROOM_NAME.fullmatch(name):
         raise FeedError(
             400, protocol.CLOSE_INVALID,
             "a room's name is 1 to 64 letters, digits, '-' or '_'",
         )  # fmt: skip
-    return name, rest
+    return name
 
 
-class RoomFeeds:
-    """Routes /rooms/... of one server over its rooms."""
-
-    def __init__(self, rooms: Rooms | None) -> None:
-        self.rooms = rooms
-
-    # -- HTTP -------------------------------------------------------------------------------
-
-    def http(self, connection: Any, request: Any, token: str | None) -> Any:
-        """A response for an HTTP request under /rooms/, or None to let a WebSocket
-        handshake on /rooms/NAME/ws go on (the handler checks it then)."""
-        path, _, query = request.path.partition("?")
-        tail = path[len(PREFIX) :]
-        if tail in STATIC:
-            return _response(200, _static(tail), STATIC[tail])
-        try:
-            name, rest = split(path)
-            if rest in STATIC:  # the page's address ended in a slash
-                return _response(200, _static(rest), STATIC[rest])
-            if rest == "ws":
-                if request.headers.get("Upgrade", "").lower() != "websocket":
-                    raise FeedError(426, 0, f"{path} takes WebSocket connections")
-                return None
-            if rest == "":
-                return _response(200, _static("room.html"), "text/html; charset=utf-8")
-            if rest == "events":
-                return self._sse(connection, request, name, query, token)
-            if rest in TRANSCRIPTS:
-                room = self._room(name, token)
-                body = transcript(room, rest.rsplit(".", 1)[1]).encode("utf-8")
-                disposition = f'attachment; filename="{name}.{rest.rsplit(".", 1)[1]}"'
-                return _response(200, body, TRANSCRIPTS[rest], disposition)
-            raise FeedError(404, 0, "not found; a room has /ws, /events and /transcript.txt")
-        except FeedError as exc:
-            return _response(exc.status, (exc.reason + "\n").encode("utf-8"), "text/plain")
-
-    def _room(self, name: str, token: str | None) -> Room:
-        if self.rooms is None:
-            raise FeedError(
-                404, CLOSE_UNKNOWN, "this server has no rooms (started with --workers N)"
-            )
-        if not token_matches(self.rooms.options.view_token, token):
-            raise FeedError(
-                401, CLOSE_TOKEN,
-                "missing or wrong view token: add ?token=TOKEN to the address",
-            )  # fmt: skip
-        room = self.rooms.get(name)
-        if room is None:
-            raise FeedError(
-                404, CLOSE_UNKNOWN,
-                f"room {name} is unknown: no one has published to it yet",
-            )  # fmt: skip
-        return room
-
-    def _sse(self, connection: Any, request: Any, name: str, query: str, token: str | None) -> Any:
-        room = self._room(name, token)
-        after = _after(query, request.headers.get("Last-Event-ID"))
-        if len(room.viewers) >= room.options.max_viewers:
-            raise FeedError(503, CLOSE_FULL, f"room {name} is full; try again later")
-        transport = connection.transport
-        connection.transport = _Detached(connection, transport)
-        viewer = SseViewer(transport, room, room.options.viewer_buffer_bytes)
-        transport.set_protocol(viewer)
-        transport.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
-            b"Cache-Control: no-store\r\nX-Accel-Buffering: no\r\n\r\n"
-            b"retry: 2000\n\n"
-        )
-        room.join(viewer, after)
-        # websockets writes this to the stand-in, which drops it and closes
-        return connection.respond(200, "")
-
-    # -- WebSocket --------------------------------------------------------------------------
-
-    async def view(self, ws: Any, token: str | None) -> None:
-        """One WebSocket viewer, from handshake to close."""
-        path, _, query = ws.request.path.partition("?")
-        try:
-            name, _ = split(path)
-            room = self._room(name, token)
-            after = _after(query, None)
-        except FeedError as exc:
-            await ws.close(exc.code, exc.reason)
-            return
-        viewer = WsViewer(ws, room.options.viewer_buffer_bytes)
-        room.join(viewer, after)
-        receiving = asyncio.ensure_future(ws.recv())
-        closing = asyncio.ensure_future(viewer.closed.wait())
-        try:
-            await asyncio.wait({receiving, closing}, return_when=asyncio.FIRST_COMPLETED)
-            if receiving.done() and receiving.exception() is None:
-                viewer.close(
-                    protocol.CLOSE_UNSUPPORTED,
-                    "viewers only receive: a room's feed takes no messages (publish on /ws "
-                    'with {"room": NAME} in the config)',
-                )
-            if viewer.closing is not None:
-                await ws.close(*viewer.closing)
-        finally:
-            room.leave(viewer)
-            for task in (receiving, closing):
-                task.cancel()
-            await asyncio.gather(receiving, closing, return_exceptions=True)
+def find_room(rooms: Rooms | None, name: str, token: str | None) -> Room:
+    """The room a viewer asks for, if it may see it; FeedError says why not."""
+    check_name(name)
+    if rooms is None:
+        raise FeedError(404, CLOSE_UNKNOWN, "this server has no rooms (started with --workers N)")
+    if not token_matches(rooms.options.view_token, token):
+        raise FeedError(
+            401, CLOSE_TOKEN,
+            "missing or wrong view token: add ?token=TOKEN to the address",
+        )  # fmt: skip
+    room = rooms.get(name)
+    if room is None:
+        raise FeedError(
+            404, CLOSE_UNKNOWN,
+            f"room {name} is unknown: no one has published to it yet",
+        )  # fmt: skip
+    return room
 
 
-class WsViewer:
-    """A WebSocket viewer: each event written at once (websockets' broadcast); unsent bytes
-    past `limit` mean a reader too slow for the room."""
+class QueuedViewer:
+    """A viewer whose events wait in a bounded queue for its feed to send them."""
 
-    def __init__(self, ws: Any, limit: int) -> None:
-        self.ws = ws
+    def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.closed = asyncio.Event()
+        self.queue: deque[tuple[int | None, str]] = deque()
+        self.queued_bytes = 0
         self.closing: tuple[int, str] | None = None
+        self._wake = asyncio.Event()
 
     def write(self, seq: int | None, line: str) -> bool:
-        from websockets.asyncio.server import broadcast
-
-        if self.closing is not None:
+        if self.closing is not None or self.queued_bytes > self.limit:
             return False
-        if self.ws.transport.get_write_buffer_size() > self.limit:
-            return False
-        broadcast([self.ws], line)
+        self.queue.append((seq, line))
+        self.queued_bytes += len(line)
+        self._wake.set()
         return True
 
     def close(self, code: int, reason: str) -> None:
         if self.closing is None:
             self.closing = (code, protocol.close_reason(reason))
-            self.closed.set()
+            self._wake.set()
 
     def keepalive(self) -> None:
-        """websockets pings the connection itself."""
+        """The feeds keep their connections alive themselves (WebSocket pings, SSE
+        comments)."""
+
+    async def events(self) -> AsyncIterator[tuple[int | None, str]]:
+        """What the room wrote, in order, until the viewer is closed and all is sent."""
+        while True:
+            while self.queue:
+                seq, line = self.queue.popleft()
+                self.queued_bytes -= len(line)
+                yield seq, line
+            if self.closing is not None:
+                return
+            self._wake.clear()
+            await self._wake.wait()
 
 
-class SseViewer(asyncio.Protocol):
-    """A Server-Sent Events viewer on a transport taken over from websockets."""
-
-    def __init__(self, transport: asyncio.Transport, room: Room, limit: int) -> None:
-        self.transport = transport
-        self.room = room
-        self.limit = limit
-        self.done = False
-
-    def write(self, seq: int | None, line: str) -> bool:
-        if self.done or self.transport.is_closing():
-            return False
-        if self.transport.get_write_buffer_size() > self.limit:
-            return False
-        head = f"id: {seq}\n" if seq is not None else ""
-        self.transport.write(f"{head}data: {line}\n\n".encode())
-        return True
-
-    def close(self, code: int, reason: str) -> None:
-        """A last `close` event saying why, then the end of the response."""
-        if self.done or self.transport.is_closing():
-            return
-        self.done = True
-        record = json.dumps({"type": "close", "code": code, "reason": reason})
-        self.transport.write(f"data: {record}\n\n".encode())
-        self.transport.close()
-
-    def keepalive(self) -> None:
-        if not self.done and self.transport.get_write_buffer_size() <= self.limit:
-            self.transport.write(b": keepalive\n\n")
-
-    def data_received(self, data: bytes) -> None:
-        """An SSE feed takes nothing after its request."""
-        self.room.leave(self)
-        self.close(protocol.CLOSE_UNSUPPORTED, "viewers only receive: the feed takes no data")
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.done = True
-        self.room.leave(self)
+def _server(scope_owner: Request | WebSocket) -> StreamServer:
+    server: StreamServer = scope_owner.app.state.server
+    return server
 
 
-class _Detached:
-    """What websockets keeps in place of a transport taken over for SSE: its response
-    and writes go nowhere, and closing it ends websockets' side of the connection."""
+def _token(scope_owner: Request | WebSocket) -> str | None:
+    return presented_token(scope_owner.headers, scope_owner.url.query)
 
-    def __init__(self, connection: Any, real: asyncio.BaseTransport) -> None:
-        self._connection = connection
-        self._real = real
-        self._closed = False
 
-    def write(self, data: bytes) -> None:
-        pass
+@router.get(
+    "/rooms/{name}/events",
+    summary="A room's events as Server-Sent Events",
+    response_class=EventSourceResponse,
+    responses={
+        400: {"description": "Not a room's name, or `after` not a whole number"},
+        401: {"description": "Missing or wrong view token"},
+        404: {"description": "No such room"},
+        503: {"description": "The room is full"},
+    },
+)
+async def sse_feed(request: Request, name: str) -> Response:
+    try:
+        room = find_room(_server(request).rooms, name, _token(request))
+        after = _after(request.url.query, request.headers.get("Last-Event-ID"))
+    except FeedError as exc:
+        return exc.response()
+    if len(room.viewers) >= room.options.max_viewers:
+        return FeedError(503, CLOSE_FULL, f"room {name} is full; try again later").response()
+    viewer = QueuedViewer(room.options.viewer_buffer_bytes)
+    room.join(viewer, after)
 
-    def writelines(self, data: Any) -> None:
-        pass
+    async def feed() -> AsyncIterator[ServerSentEvent]:
+        try:
+            yield ServerSentEvent(retry=2000)
+            async for seq, line in viewer.events():
+                yield ServerSentEvent(data=line, id=None if seq is None else str(seq))
+            if viewer.closing is not None:
+                code, reason = viewer.closing
+                yield ServerSentEvent(data=json.dumps({"type": "close", "code": code,
+                                                       "reason": reason}))  # fmt: skip
+        finally:
+            room.leave(viewer)
 
-    def is_closing(self) -> bool:
-        return self._closed
+    return EventSourceResponse(
+        feed(), headers={**NO_STORE, "X-Accel-Buffering": "no"}, sep="\n",
+        ping=KEEPALIVE_S, ping_message_factory=lambda: ServerSentEvent(comment="keepalive"),
+        send_timeout=CLOSE_FLUSH_S,
+    )  # fmt: skip
 
-    def can_write_eof(self) -> bool:
-        return False
 
-    def write_eof(self) -> None:
-        self.close()
+@router.get(
+    "/rooms/{name}/transcript.{fmt}",
+    summary="A room's kept finals as text, SRT or WebVTT",
+    responses={
+        200: {"content": {kind: {} for kind in TRANSCRIPTS.values()}},
+        400: {"description": "Not a room's name"},
+        401: {"description": "Missing or wrong view token"},
+        404: {"description": "No such room"},
+    },
+)
+def transcript_route(request: Request, name: str, fmt: Literal["txt", "srt", "vtt"]) -> Response:
+    try:
+        room = find_room(_server(request).rooms, name, _token(request))
+    except FeedError as exc:
+        return exc.response()
+    body = transcript(room, fmt).encode("utf-8")
+    disposition = f'attachment; filename="{name}.{fmt}"'
+    return Response(body, media_type=TRANSCRIPTS[fmt],
+                    headers={**NO_STORE, "Content-Disposition": disposition})  # fmt: skip
 
-    def get_write_buffer_size(self) -> int:
-        return 0
 
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._real.get_extra_info(name, default)
+@router.websocket("/rooms/{name}/ws")
+async def ws_feed(websocket: WebSocket, name: str) -> None:
+    """One WebSocket viewer, from handshake to close."""
+    server = _server(websocket)
+    if not server.security.origin_allowed(websocket.headers.get("origin")):
+        await websocket.close(1008)  # before the handshake: uvicorn answers 403
+        return
+    try:
+        check_name(name)
+    except FeedError as exc:  # before the handshake: an HTTP answer
+        await websocket.send_denial_response(exc.response())
+        return
+    await websocket.accept()
+    try:
+        if server.stopping:
+            raise FeedError(503, protocol.CLOSE_GOING_AWAY, "server shutting down")
+        room = find_room(server.rooms, name, _token(websocket))
+        after = _after(websocket.url.query, None)
+    except FeedError as exc:
+        await websocket.close(exc.code, exc.reason)
+        return
+    viewer = QueuedViewer(room.options.viewer_buffer_bytes)
+    room.join(viewer, after)
 
-    def pause_reading(self) -> None:
-        pass
+    async def send() -> None:
+        async for _, line in viewer.events():
+            await websocket.send_text(line)
 
-    def resume_reading(self) -> None:
-        pass
+    sending = asyncio.ensure_future(send())
+    receiving = asyncio.ensure_future(websocket.receive())
+    try:
+        await asyncio.wait({sending, receiving}, return_when=asyncio.FIRST_COMPLETED)
+        if receiving.done() and not receiving.cancelled() and receiving.exception() is None:
+            if receiving.result()["type"] == "websocket.disconnect":
+                return
+            viewer.close(
+                protocol.CLOSE_UNSUPPORTED,
+                "viewers only receive: a room's feed takes no messages (publish on /ws "
+                'with {"room": NAME} in the config)',
+            )
+        if viewer.closing is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(sending), CLOSE_FLUSH_S)
+            with contextlib.suppress(Exception):
+                await websocket.close(*viewer.closing)
+    finally:
+        room.leave(viewer)
+        for task in (sending, receiving):
+            task.cancel()
+        await asyncio.gather(sending, receiving, return_exceptions=True)
 
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            asyncio.get_running_loop().call_soon(self._connection.connection_lost, None)
 
-    def abort(self) -> None:
-        self.close()
+@router.get("/rooms/{rest:path}", include_in_schema=False)
+def pages(rest: str) -> Response:
+    """The viewer page and its script; what else is asked for under /rooms/ is not there."""
+    if rest in STATIC:
+        return Response(_static(rest), media_type=STATIC[rest], headers=NO_STORE)
+    name, _, page = rest.partition("/")
+    try:
+        check_name(name)
+    except FeedError as exc:
+        return exc.response()
+    if page in STATIC:  # the page's address ended in a slash
+        return Response(_static(page), media_type=STATIC[page], headers=NO_STORE)
+    if page == "ws":
+        return PlainTextResponse(f"{PREFIX}{rest} takes WebSocket connections\n", 426)
+    if page == "":
+        return Response(_static("room.html"), media_type="text/html; charset=utf-8",
+                        headers=NO_STORE)  # fmt: skip
+    return FeedError(404, 0, "not found; a room has /ws, /events and /transcript.txt").response()
 
 
 def _after(query: str, last_event_id: str | None) -> int:
@@ -334,20 +334,3 @@ def transcript(room: Room, fmt: str) -> str:
 
 def _static(name: str) -> bytes:
     return resources.files("streamasr.server").joinpath("static").joinpath(name).read_bytes()
-
-
-def _response(status: int, body: bytes, content_type: str, disposition: str = "") -> Any:
-    from websockets.datastructures import Headers
-    from websockets.http11 import Response
-
-    headers = Headers(
-        [
-            ("Content-Type", content_type),
-            ("Content-Length", str(len(body))),
-            ("Cache-Control", "no-store"),
-            ("Connection", "close"),
-        ]
-    )
-    if disposition:
-        headers["Content-Disposition"] = disposition
-    return Response(status, "OK" if status == 200 else "Error", headers, body)

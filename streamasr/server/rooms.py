@@ -133,7 +133,7 @@ class Room:
 
     def publish_records(self, records: list[dict[str, Any]]) -> None:
         """Number the partials and finals among the publisher's records (as the WebSocket
-        adapter makes them, server/ws_adapter.py) and write them to every viewer."""
+        adapter makes them, server/wire.py) and write them to every viewer."""
         for event in records:
             if event.get("type") not in FANNED_OUT:
                 continue

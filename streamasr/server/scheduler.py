@@ -41,7 +41,7 @@ summary). What is behind is not held: an ended input, or one with a chunk or mor
 
 Events leave as event objects (session/events.py; the summary last), finished (punctuation,
 casing) and handed to the utterance's `deliver` callback on the event loop; the transport
-encodes them (server/ws_adapter.py: the JSON lines of `streamasr file --format jsonl`).
+encodes them (server/wire.py: the JSON lines of `streamasr file --format jsonl`).
 
 Why not the one driver (driver.py): `drive` owns its loop and pulls one source's blocks, one
 session at a time, so every step would be one stream's. Here audio is pushed by the

@@ -1,12 +1,12 @@
 """`streamasr serve --workers N`: N server processes behind one port.
 
-The parent binds one listening socket per worker on the same port (SO_REUSEPORT), forks N
-workers and waits. Each worker loads its own model (an engine's threads do not survive a
-fork, so nothing is loaded before it) and runs the whole server on its own socket: the
-kernel spreads new connections over the sockets by their addresses. (On one shared socket
-the process that woke first took every waiting connection at once: 192 clients arriving
-together split unevenly enough to fill one worker while the other had room.) Without
-SO_REUSEPORT the workers share one socket.
+The parent binds one listening socket, forks N workers and waits; the workers share that
+socket, as gunicorn's and uvicorn's do, so a connection waiting to be accepted is taken by
+whichever worker is free, and a worker's death resets none of them (with one socket per
+worker, SO_REUSEPORT, what waited in a dead worker's queue was reset). Each worker loads
+its own model (an engine's threads do not survive a fork, so nothing is loaded before it)
+and accepts a few connections per wake-up (server/web.py, ACCEPT_BATCH), so a burst of
+arriving clients is spread over the workers instead of taken by the first one awake.
 The parent says it listens once every worker serves, passes SIGTERM/SIGINT on to them,
 and returns when they have all drained and exited.
 
@@ -33,23 +33,10 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 START_LIMIT_S = 600.0
 
 
-def bind(host: str, port: int, workers: int = 1) -> list[socket.socket]:
-    """One listening socket per worker on one port (port 0: the first socket's), or one
-    socket for all of them where the system has no SO_REUSEPORT."""
+def bind(host: str, port: int) -> socket.socket:
+    """The server's listening socket (port 0: any free one)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    reuse_port = workers > 1 and hasattr(socket, "SO_REUSEPORT")
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(workers if reuse_port else 1):
-            sock = socket.create_server((host, port), family=family, backlog=1024,
-                                        reuse_port=reuse_port)
-            port = sock.getsockname()[1]
-            socks.append(sock)
-    except OSError:
-        for sock in socks:
-            sock.close()
-        raise
-    return socks if reuse_port else socks * workers
+    return socket.create_server((host, port), family=family, backlog=1024)
 
 
 def run_workers(
@@ -63,18 +50,16 @@ def run_workers(
     """Fork `workers` processes running `serve_in_worker(sock, ready, index)`; the stop
     signal's number once they have all exited (None if none came). `on_exit(index)` runs
     in the parent when a worker has exited. RuntimeError if a worker fails to start."""
-    socks = bind(host, port, workers)
+    sock = bind(host, port)
     metrics_dir = tempfile.mkdtemp(prefix="streamasr-metrics-")
     os.environ[MULTIPROC_ENV] = metrics_dir
     ready_read, ready_write = os.pipe()
     pids: list[int] = []
     try:
-        for index, sock in enumerate(socks):
+        for index in range(workers):
             pid = os.fork()
             if pid == 0:  # the worker
                 os.close(ready_read)
-                for other in set(socks) - {sock}:
-                    other.close()
                 code = 1
                 try:
                     def ready() -> None:
@@ -88,15 +73,13 @@ def run_workers(
                     os._exit(code)
             pids.append(pid)
         os.close(ready_write)
-        address = socks[0].getsockname()[:2]
-        for sock in socks:  # a worker that dies takes its socket out of the port's group
-            sock.close()
+        address = sock.getsockname()[:2]
+        sock.close()  # the workers hold it
         return asyncio.run(_supervise(pids, ready_read, address, on_ready, on_exit))
     finally:
         with contextlib.suppress(OSError):
             os.close(ready_read)
-        for sock in socks:
-            sock.close()
+        sock.close()
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 

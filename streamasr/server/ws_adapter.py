@@ -1,51 +1,102 @@
-"""The WebSocket transport's encoding: the scheduler's event objects as JSON lines.
+"""The project's WebSocket protocol on `/ws`: its route, its socket, its encoding.
 
-The scheduler delivers events (streamasr/session/events.py) and, last, the summary; this adapter
-makes each the record `streamasr file --format jsonl` prints, with the wire version (`"v"`,
-events.WIRE_VERSION) first and the session's `partials` choice (full or delta), and each
-record its line. The connection sends the lines and hands the records to its room, if any
-(server/rooms.py numbers them for the viewers). Another transport is another adapter like
-this one: the scheduler does not change.
+The route admits a client (origin, token, capacity) and runs a `Connection`
+(server/connection.py: its config, utterances and limits) over a `WebSocketStream`,
+Starlette's WebSocket seen as the plain recv/send/close the connection uses; the events go
+out as the records of server/wire.py, one JSON text message each.
 """
 
 from __future__ import annotations
 
-import io
+import contextlib
+from typing import TYPE_CHECKING
 
-from streamasr.output.render import JsonlRenderer
-from streamasr.server.protocol import SessionConfig
-from streamasr.server.utterance import Delivered
-from streamasr.session.events import WIRE_VERSION, StreamSummary
+from fastapi import APIRouter, WebSocket
+from fastapi.responses import PlainTextResponse
 
-#: One event's or summary's JSON object, as written on the wire.
-Record = dict[str, object]
+from streamasr.server.connection import Connection, SocketClosed
+from streamasr.server.protocol import CLOSE_GOING_AWAY, CLOSE_TRY_LATER
+from streamasr.server.rooms import presented_token
+
+if TYPE_CHECKING:
+    from streamasr.server.app import StreamServer
+
+WS_PATH = "/ws"
+#: what a client that presents no token or a wrong one is told (HTTP 401)
+TOKEN_REFUSED = (
+    "missing or wrong token: send 'Authorization: Bearer TOKEN' (a browser page: add "
+    "?token=TOKEN to the page's address)\n"
+)
+
+router = APIRouter()
+
+class WebSocketStream:
+    """A Starlette WebSocket as the connection uses it: `recv()` gives the next text or
+    bytes message (SocketClosed at the close), `send()` one text message, `close()`."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self.websocket = websocket
+        self.headers = websocket.headers
+        self.query = websocket.url.query
+        client = websocket.client
+        self.remote_address = (client.host, client.port) if client else ("", 0)
+        self._receive = websocket.receive
+
+    async def recv(self) -> str | bytes:
+        message = await self._receive()
+        if message["type"] == "websocket.disconnect":
+            raise SocketClosed(int(message.get("code") or 1005))
+        text = message.get("text")
+        return text if text is not None else bytes(message.get("bytes") or b"")
+
+    async def send(self, line: str) -> None:
+        try:
+            await self.websocket.send_text(line)
+        except Exception as exc:  # the client went away: uvicorn or Starlette says so
+            raise SocketClosed(1006) from exc
+
+    async def close(self, code: int, reason: str) -> None:
+        with contextlib.suppress(Exception):  # closed already
+            await self.websocket.close(code, reason)
 
 
-class _Records(JsonlRenderer):
-    """JsonlRenderer's records, kept instead of written."""
+async def admit(websocket: WebSocket, server: StreamServer) -> bool:
+    """The handshake's checks, before it completes: a page from another origin gets 403
+    (--allow-origin), a wrong or missing token 401. True: accepted."""
+    if not server.security.origin_allowed(websocket.headers.get("origin")):
+        await websocket.close(1008)  # before the handshake: uvicorn answers 403
+        return False
+    if not server.admits(presented_token(websocket.headers, websocket.url.query)):
+        server.metrics.refused.labels("auth").inc()
+        await websocket.send_denial_response(PlainTextResponse(TOKEN_REFUSED, 401))
+        return False
+    await websocket.accept()
+    return True
 
-    def __init__(self, partials: str) -> None:
-        super().__init__(io.StringIO(), partials, WIRE_VERSION)
-        self.records: list[Record] = []
 
-    def write_record(self, record: Record) -> None:
-        self.records.append(record)
+@router.websocket(WS_PATH)
+async def session(websocket: WebSocket) -> None:
+    """One client of the WebSocket protocol, from handshake to close."""
+    server: StreamServer = websocket.app.state.server
+    if not await admit(websocket, server):
+        return
+    stream = WebSocketStream(websocket)
+    refused = server.refusal()
+    if refused is not None:
+        kind, reason = refused
+        await stream.close(CLOSE_GOING_AWAY if kind == "shutting_down" else CLOSE_TRY_LATER,
+                           reason)  # fmt: skip
+        return
+    connection = Connection(server, stream)
+    server.connections.add(connection)
+    try:
+        await connection.run()
+    finally:
+        server.connections.discard(connection)
+        server.release()
 
 
-class WireEncoder:
-    """One utterance's events as wire records (a `partials: delta` session's partials
-    carry what changed since its previous one, so one encoder serves one utterance)."""
+@router.get(WS_PATH, include_in_schema=False)
+def needs_upgrade() -> PlainTextResponse:
+    return PlainTextResponse(f"{WS_PATH} takes WebSocket connections\n", 426)
 
-    def __init__(self, config: SessionConfig) -> None:
-        self._renderer = _Records(config.partials)
-        self._renderer.begin(config.source)
-
-    def records(self, items: list[Delivered]) -> list[Record]:
-        renderer = self._renderer
-        for item in items:
-            if isinstance(item, StreamSummary):
-                renderer.end(item)
-            else:
-                renderer.event(item)
-        records, renderer.records = renderer.records, []
-        return records

@@ -1,0 +1,179 @@
+"""The web side of `streamasr serve`: every route in one FastAPI application on uvicorn.
+
+uvicorn owns the listening socket, HTTP, WebSocket framing, TLS and keepalive pings; no
+code of ours parses HTTP. Each protocol is one adapter module with its own router over the
+server's scheduler (ws_adapter: the project's WebSocket protocol; room_feeds: the rooms'
+viewers); this module adds the operational routes (`/healthz`, `/readyz`, `/metrics`, the
+browser page) and sets uvicorn up with the server's limits. FastAPI serves the OpenAPI
+schema of the HTTP routes at `/openapi.json` and a page over it at `/docs`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import uvicorn
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import PlainTextResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from streamasr.server import room_feeds, ws_adapter
+from streamasr.server.limits import Security, ServerLimits
+from streamasr.version import __version__
+
+if TYPE_CHECKING:
+    from streamasr.server.app import StreamServer
+
+#: The browser page's files, by address.
+PAGES = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/index.html": ("index.html", "text/html; charset=utf-8"),
+    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/worklet.js": ("worklet.js", "text/javascript; charset=utf-8"),
+}
+#: Connections the event loop accepts per wake-up. asyncio accepts up to the listen backlog
+#: at once; with --workers sharing one socket, the worker that woke first would take a whole
+#: burst of arriving clients. A few at a time lets each worker take its turn.
+ACCEPT_BATCH = 4
+#: The kernel's queue of connections not yet accepted (restored after uvicorn's listen()).
+LISTEN_BACKLOG = 1024
+NO_STORE = {"Cache-Control": "no-store"}
+
+ops = APIRouter(tags=["operations"])
+
+
+def _server(request: Request) -> StreamServer:
+    server: StreamServer = request.app.state.server
+    return server
+
+
+@ops.get("/healthz", response_class=PlainTextResponse, summary="The process is up")
+def healthz() -> PlainTextResponse:
+    return PlainTextResponse("ok\n", headers=NO_STORE)
+
+
+@ops.get(
+    "/readyz",
+    response_class=PlainTextResponse,
+    summary="The server takes new sessions",
+    responses={503: {"description": "Shutting down or at --max-connections"}},
+)
+def readyz(request: Request) -> PlainTextResponse:
+    server = _server(request)
+    if server.stopping:
+        return PlainTextResponse("shutting down\n", 503, headers=NO_STORE)
+    if server.slots.full:
+        return PlainTextResponse(
+            f"at capacity: {server.slots.held} connections\n", 503, headers=NO_STORE
+        )
+    return PlainTextResponse("ready\n", headers=NO_STORE)
+
+
+@ops.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics")
+def metrics(request: Request) -> Response:
+    body, content_type = _server(request).metrics.render()
+    return Response(body, media_type=content_type, headers=NO_STORE)
+
+
+@ops.get("/favicon.ico", include_in_schema=False)
+def favicon() -> Response:
+    return Response(b"", 204, media_type="image/x-icon")
+
+
+def _page_route(name: str, content_type: str) -> Any:
+    def page() -> Response:
+        data = resources.files("streamasr.server").joinpath("static").joinpath(name)
+        return Response(data.read_bytes(), media_type=content_type, headers=NO_STORE)
+
+    return page
+
+
+for _path, (_name, _type) in PAGES.items():
+    ops.add_api_route(_path, _page_route(_name, _type), include_in_schema=False)
+
+
+def _not_found(request: Request, exc: Exception) -> Response:
+    """Plain text that says where things are; errors of the routes themselves keep theirs."""
+    if isinstance(exc, StarletteHTTPException) and exc.status_code != 404:
+        return PlainTextResponse(f"{exc.detail}\n", exc.status_code, headers=exc.headers)
+    return PlainTextResponse(
+        f"not found; WebSocket sessions are at {ws_adapter.WS_PATH}, the API at /docs\n", 404
+    )
+
+
+def build_app(server: StreamServer) -> FastAPI:
+    """The application over one server: its routers, its state."""
+    app = FastAPI(
+        title="streamasr",
+        version=__version__,
+        summary="Streaming speech recognition: live sessions, uploads, rooms.",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.server = server
+    app.include_router(ops)
+    app.include_router(ws_adapter.router)
+    app.include_router(room_feeds.router)
+    app.add_exception_handler(StarletteHTTPException, _not_found)
+    return app
+
+
+def web_server(app: FastAPI, limits: ServerLimits, security: Security) -> uvicorn.Server:
+    """uvicorn over `app` with the server's limits; the StreamServer keeps the signals."""
+    config = uvicorn.Config(
+        app,
+        http=_first_request_deadline(limits.handshake_timeout_s),
+        ws="websockets-sansio",
+        ws_max_size=limits.max_frame_bytes,
+        ws_per_message_deflate=False,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        backlog=ACCEPT_BATCH,
+        timeout_graceful_shutdown=5,
+    )
+    config.load()
+    config.ssl = security.ssl_context()
+    return _Server(config)
+
+
+def _first_request_deadline(seconds: float) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol with a deadline for the first request's headers: a client
+    that connects and sends nothing (or drips its headers) is closed, as it was by the
+    WebSocket handshake limit (--handshake-timeout-s)."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class FirstRequestDeadline(HttpToolsProtocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self.loop.call_later(seconds, self._first_request_due)
+
+        def _first_request_due(self) -> None:
+            transport = self.transport
+            if transport.is_closing() or transport.get_protocol() is not self:
+                return  # closed, or upgraded to a WebSocket
+            if self.cycle is None and not self.pipeline:
+                transport.close()
+
+    return FirstRequestDeadline
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal handlers: SIGTERM and SIGINT are the
+    StreamServer's, which drains the sessions before uvicorn closes the rest. After
+    startup the listening socket's queue is set back to LISTEN_BACKLOG (uvicorn's
+    listen() used the accept batch)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        for sock in sockets or ():
+            sock.listen(LISTEN_BACKLOG)
