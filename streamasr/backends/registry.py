@@ -20,10 +20,12 @@ import importlib
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from streamasr.analysis.latency import LatencyBudget
 from streamasr.backends.base import (
     BackendEntry,
+    BudgetSettings,
     EngineOptions,
     Recognizer,
 )
@@ -193,7 +195,7 @@ def load_recognizer(
     return (entry or choose_backend(model, backend)).load(model, options)
 
 
-def settings_budget(settings: Mapping[str, Any]) -> Any:
+def settings_budget(settings: BudgetSettings) -> LatencyBudget | None:
     """The latency budget of settings alone (no model read), by the built-in engine whose
     settings they are; None when no engine claims them."""
     for entry in _builtin():
