@@ -178,14 +178,16 @@ def test_no_module_is_over_500_lines() -> None:
 #: docs/development.md ("The walk of --chunk").
 CHUNK_WALKS: tuple[tuple[tuple[str, str, str | None], ...], ...] = (
     (  # file: the flag's text parsed by the chosen engine's declaration, into the plan
-        ("streamasr.commands.options", "open_planned", "load_plan"),
+        ("streamasr.commands.options", "build", "preflight"),
+        ("streamasr.commands.options", "preflight", "load_plan"),
         ("streamasr.commands.options", "load_plan", "make_plan"),
         ("streamasr.backends.plan", "make_plan", "engine_options"),
         ("streamasr.backends.registry", "engine_options", "value"),
         ("streamasr.backends.options", "EngineOption.value", None),
     ),
     (  # file: the plan loads it; the engine reads its settings and picks the export
-        ("streamasr.commands.options", "open_planned", "load"),
+        ("streamasr.commands.options", "build", "load"),
+        ("streamasr.commands.options", "Prepared.load", "load"),
         ("streamasr.backends.plan", "LoadPlan.load", "load"),
         ("streamasr.backends.sherpa.entry", "_load", "resolve_model"),
         ("streamasr.backends.sherpa.modeldir", "resolve_model", None),
