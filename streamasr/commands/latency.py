@@ -26,13 +26,12 @@ from streamasr.analysis.mask import (
     MAX_LAYERS,
     UNLIMITED,
 )
-from streamasr.backends.base import DEFAULT_THREADS, BackendEntry
+from streamasr.backends.base import DEFAULT_THREADS, BackendEntry, check_threads
 from streamasr.backends.declared_budget import budget_from_info
+from streamasr.backends.options import check_number
 from streamasr.backends.registry import settings_budget
 from streamasr.commands.common import (
     CHUNK_RANGE,
-    check_number,
-    check_threads,
     cli_errors,
     setup_logging,
 )
