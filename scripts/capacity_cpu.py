@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from streamasr.backends.base import Recognizer  # noqa: E402
-from streamasr.backends.registry import choose_backend, engine_options, load_recognizer  # noqa: E402
+from streamasr.backends.registry import choose_backend, engine_options  # noqa: E402
 from streamasr.bench.capacity import CLIP_STAGGER_S  # noqa: E402
 from streamasr.bench.capacity_search import Clip, read_clip  # noqa: E402
 from streamasr.bench.datasets import load_dataset  # noqa: E402
@@ -177,7 +177,7 @@ def main() -> None:
     entry = choose_backend(args.model, None)
     options = engine_options(entry, {"chunk": args.chunk}, threads=args.threads)
     load_before = os.getloadavg()
-    recognizer = load_recognizer(args.model, options, entry=entry)
+    recognizer = entry.load(args.model, options)
     if args.bare and not hasattr(recognizer, "engine"):
         raise SystemExit("--bare times sherpa-onnx's own loop: give a sherpa-onnx model")
     clip = read_clip(load_dataset(CLIPS).utterances)

@@ -198,9 +198,9 @@ def summarise(loops: list[list[float]], bins: int = 10) -> dict[str, Any]:
 def measure(model: str, minutes: float, reps: int, block_ms: float = 320.0) -> dict[str, Any]:
     """All variants, interleaved; the result record (see the module docstring)."""
     from streamasr.backends.base import EngineOptions
-    from streamasr.backends.registry import load_recognizer
+    from streamasr.backends.plan import LoadPlan
 
-    recognizer = load_recognizer(model, EngineOptions(threads=1))
+    recognizer = LoadPlan(model, engine=EngineOptions(threads=1)).load()
     engine = recognizer.engine  # type: ignore[attr-defined]
     samples = long_audio(minutes)
     block = round(block_ms / 1000 * RATE)
@@ -261,9 +261,9 @@ def engine_reads(model: str, minutes: float, calls: int = 200) -> dict[str, Any]
     import timeit
 
     from streamasr.backends.base import EngineOptions
-    from streamasr.backends.registry import load_recognizer
+    from streamasr.backends.plan import LoadPlan
 
-    recognizer = load_recognizer(model, EngineOptions(threads=1))
+    recognizer = LoadPlan(model, engine=EngineOptions(threads=1)).load()
     engine = recognizer.engine  # type: ignore[attr-defined]
     stream: Any = recognizer.create_stream()
     samples = long_audio(minutes)

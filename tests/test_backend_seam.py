@@ -19,7 +19,8 @@ import soundfile as sf
 
 import streamasr
 from streamasr.backends.base import BackendInfo, EngineOptions
-from streamasr.backends.registry import choose_backend, find_backend, load_recognizer
+from streamasr.backends.plan import LoadPlan
+from streamasr.backends.registry import choose_backend, find_backend
 from streamasr.errors import UsageError
 from streamasr.session.events import Final
 
@@ -125,7 +126,7 @@ def test_latency_measure_runs_the_test_backend() -> None:
 
 
 def test_engine_options_reach_the_backend() -> None:
-    rec = load_recognizer(MODEL, EngineOptions(threads=1), BACKEND)
+    rec = LoadPlan(MODEL, BACKEND, EngineOptions(threads=1)).load()
     assert rec.options.threads == 1
 
 

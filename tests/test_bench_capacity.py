@@ -13,7 +13,7 @@ import pytest
 from conftest import make_dataset
 
 from streamasr.backends.base import EngineOptions
-from streamasr.backends.registry import load_recognizer
+from streamasr.backends.plan import LoadPlan
 from streamasr.bench.capacity import CapacityProbe, ProbeSpec
 from streamasr.bench.capacity_search import search
 from streamasr.commands.bench_capacity import read_ceiling
@@ -114,7 +114,7 @@ def test_probe_latency_is_the_schedules_wait(schedule: str) -> None:
     """Four streams at quarter-chunk phases on the real tiny-en: aligned, each block waits
     for the clock's next tick (0, 3/4, 1/2, 1/4 of the 320 ms chunk) and that wait is its
     latency; ready, each steps the moment its block is there."""
-    recognizer = load_recognizer("tiny-en", EngineOptions(threads=1))
+    recognizer = LoadPlan("tiny-en", engine=EngineOptions(threads=1)).load()
     clip = np.random.default_rng(3).standard_normal(16000 * 2).astype(np.float32) * 0.1
     time_ = _FakeTime()
     spec = ProbeSpec(clip, 16000, streams=4, first=0, total=4, duration_s=4.0, schedule=schedule)

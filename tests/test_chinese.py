@@ -191,7 +191,8 @@ def test_mic_session_on_mandarin_matches_the_file_run(model: str, tmp_path: Path
     from streamasr.backends.sherpa.engine import SherpaRecognizer
     from streamasr.backends.sherpa.modeldir import resolve_model
     from streamasr.devices.live import SessionOutput, run_capture
-    from streamasr.devices.mic import AudioWriter, MicSource
+    from streamasr.devices.mic import MicSource
+    from streamasr.devices.wav_writer import AudioWriter
     from streamasr.output.render import JsonlRenderer
     from streamasr.session.stream import StreamOptions
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamasr.backends.base import EngineOptions
-from streamasr.backends.registry import load_recognizer
+from streamasr.backends.plan import LoadPlan
 from streamasr.backends.sherpa.engine import SherpaRecognizer, SherpaStream
 from streamasr.text.prefix import Prefix
 from streamasr.text.tokens import (
@@ -172,9 +172,8 @@ SETTINGS = [(m, "greedy_search") for m in SHERPA_MODELS] + [
 
 @pytest.mark.parametrize(("model", "method"), SETTINGS)
 def test_every_step_matches_whole_hypothesis_assembly(model: str, method: str) -> None:
-    recognizer = load_recognizer(
-        str(MODELS / model), EngineOptions(own={"decoding_method": method}), backend="sherpa-onnx"
-    )
+    own = {"decoding_method": method}
+    recognizer = LoadPlan(str(MODELS / model), "sherpa-onnx", EngineOptions(own=own)).load()
     assert isinstance(recognizer, SherpaRecognizer)
     stream = recognizer.create_stream()
     audio = _audio(noise=model != "tiny-en")

@@ -27,13 +27,9 @@ from streamasr.backends.sherpa.engine import SherpaRecognizer
 from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.commands.mic import format_devices, terminal_output
 from streamasr.devices.live import first_token_p50_ms, run_capture
-from streamasr.devices.mic import (
-    AudioWriter,
-    DeviceInfo,
-    MicSource,
-    list_input_devices,
-    select_device,
-)
+from streamasr.devices.mic import MicSource
+from streamasr.devices.mic_devices import DeviceInfo, list_input_devices, select_device
+from streamasr.devices.wav_writer import AudioWriter
 from streamasr.errors import DependencyError, DeviceError, OutputError, UsageError
 from streamasr.output.render import JsonlRenderer
 from streamasr.session.events import FirstToken
@@ -433,7 +429,7 @@ def test_saved_audio_survives_a_crash_up_to_the_last_block(tmp_path: Path) -> No
     path = tmp_path / "crash.wav"
     code = (
         "import os, numpy as np\n"
-        "from streamasr.devices.mic import AudioWriter\n"
+        "from streamasr.devices.wav_writer import AudioWriter\n"
         f"w = AudioWriter({str(path)!r}, 48000)\n"
         "for i in range(5):\n"
         "    w.write(np.full(4800, i / 10, dtype=np.float32))\n"

@@ -3,8 +3,9 @@
 Every figure is a `BudgetLine` that carries the formula it came from, so the table shows the
 arithmetic instead of asking to be trusted. This module holds what every engine shares: the
 table itself, WeNet U2-style chunks counted in encoder steps (`--chunk N --subsampling 4`),
-the budget any backend's declared chunk and look-ahead imply (`budget_from_info`), and the
-lines a measurement adds. An engine's own arithmetic lives with it: backends/sherpa/budget.py
+and the lines a measurement adds. It knows no engine: the budget a loaded model's declared
+chunk and look-ahead imply is backends/declared_budget.py's (it reads a BackendInfo), and an
+engine's own arithmetic lives with it: backends/sherpa/budget.py
 (Zipformer exports, from `decode_chunk_len` and `T`), backends/nemo/budget.py
 (`att_context_size`).
 
@@ -19,13 +20,10 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from streamasr.analysis.mask import UNLIMITED
 from streamasr.errors import UsageError
-
-if TYPE_CHECKING:  # types only: engines build budgets from this module
-    from streamasr.backends.base import BackendInfo
 
 FEATURE_SHIFT_MS = 10.0  # 100 Hz feature frames, the front end of every engine here
 FBANK_SHIFT_MS = FEATURE_SHIFT_MS
@@ -195,68 +193,6 @@ class EngineTiming:
             "feed_ms": self.feed_ms,
             "audio_fed_ms": self.audio_fed_ms,
         }
-
-
-def budget_from_info(info: BackendInfo) -> LatencyBudget:
-    """What a loaded model's declared chunk and look-ahead imply, for any backend.
-
-    The backend states its chunk, its worst-case look-ahead and its output frame; the first
-    step is derived as a whole chunk plus the look-ahead past it. Engines whose look-ahead
-    lies inside the chunk (NeMo chunked_limited) or whose first chunk is shorter step
-    earlier: `--measure` shows by how much.
-    """
-    chunk_ms = info.chunk_s * 1000.0
-    look_ms = info.lookahead_s * 1000.0
-    frame_ms = info.output_frame_s * 1000.0
-    first_ms = chunk_ms + look_ms
-    first_formula = f"chunk + look-ahead = {_num(chunk_ms)} + {_num(look_ms)}"
-    first_note = (
-        "if the look-ahead lies past a full first chunk; an engine whose look-ahead lies "
-        "inside its chunk, or whose first chunk is shorter, steps earlier (--measure)"
-    )
-    if info.first_step_s is not None:
-        first_ms = info.first_step_s * 1000.0
-        first_formula = f"first chunk as the {info.backend} backend derives it from the model"
-        first_note = "a shorter first chunk; later steps come one chunk apart"
-    average_ms = first_ms - chunk_ms / 2
-    lines = (
-        BudgetLine(
-            "chunk_ms", "chunk (audio per encoder step)", chunk_ms, "ms",
-            f"declared by the {info.backend} backend",
-        ),
-        BudgetLine(
-            "lookahead_ms", "worst-case look-ahead", look_ms, "ms",
-            f"declared by the {info.backend} backend",
-        ),
-        BudgetLine(
-            "output_frame_ms", "output frame", frame_ms, "ms",
-            "token times and final ends are counted in these",
-        ),
-        BudgetLine(
-            "first_step_ms", "audio needed before the first encoder step", first_ms, "ms",
-            first_formula,
-            first_note,
-        ),
-        BudgetLine(
-            "step_interval_ms", "then one encoder step every", chunk_ms, "ms", "chunk",
-        ),
-        BudgetLine(
-            "average_ms", "average algorithmic latency", average_ms, "ms",
-            f"first step - chunk / 2 = {_num(first_ms)} - {_num(chunk_ms / 2)}",
-            "speech starting anywhere in the first chunk",
-        ),
-    )
-    settings: dict[str, Any] = {
-        "backend": info.backend,
-        "model": info.model_name,
-        "device": info.device,
-        "chunk_ms": chunk_ms,
-        "lookahead_ms": look_ms,
-        "output_frame_ms": frame_ms,
-        **{str(k): v for k, v in info.settings.items()},
-    }
-    title = f"{info.model_name} ({info.backend}): chunk {_num(chunk_ms)} ms"
-    return LatencyBudget(title, info.backend, settings, lines, (ZERO_COMPUTE_NOTE,))
 
 
 def with_measurement(budget: LatencyBudget, timing: EngineTiming, threads: int) -> LatencyBudget:

@@ -5,12 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from streamasr.analysis.latency import LatencyBudget
 from streamasr.backends.options import EngineOption, check_number
+from streamasr.distribution.local_models import FolderFacts
 from streamasr.errors import UsageError
+
+#: Settings alone, by name, that an engine's arithmetic reads (chunk, att_context_size,
+#: style, layers, subsampling): `streamasr latency` without a model; None: not given
+BudgetSettings = Mapping[str, int | str | None]
 
 
 @dataclass(frozen=True)
@@ -199,15 +205,15 @@ class BackendEntry:
     # measure, that of the files latency --measure then loads (it measures them itself) and a
     # refusal of a model it cannot load; None: latency loads the model and derives the budget
     # from what it declares
-    budget: Callable[[str | None, EngineOptions, bool], Any] | None = None
-    # settings by name (chunk, att_context_size, style, layers, subsampling) -> LatencyBudget
-    arithmetic: Callable[[Mapping[str, Any]], Any] | None = None
+    budget: Callable[[str | None, EngineOptions, bool], LatencyBudget | None] | None = None
+    # settings alone -> their budget, None when they are not this engine's
+    arithmetic: Callable[[BudgetSettings], LatencyBudget | None] | None = None
     # the model store's hooks (distribution/ imports no engine): refuse a single-file model
     # before it is installed; make an installed folder's first load quick; describe a local
     # folder for `models list` (a FolderFacts, or None when the folder is not this engine's)
     check_file: Callable[[Path], None] | None = None
     prepare_folder: Callable[[Path], None] | None = None
-    describe: Callable[[Path], Any] | None = None
+    describe: Callable[[Path], FolderFacts | None] | None = None
     # (setting name, info) of loaded settings -> the note bench prints when their batched
     # rows are not bit-exact with one stream (an int8 export), with the way to exact rows;
     # None: batching is exact

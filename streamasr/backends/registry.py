@@ -1,4 +1,5 @@
-"""Which engine runs a model: the backend registry and the one loader every command uses.
+"""Which engine runs a model: the backend registry, from which every load plan picks its
+backend (backends/plan.py loads by it).
 
 Commands never import an engine. They pass the model as the user typed it (a bundled name,
 a catalog name, a path) and the options; the registry asks each backend whether it
@@ -20,12 +21,13 @@ import importlib
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from streamasr.analysis.latency import LatencyBudget
 from streamasr.backends.base import (
     BackendEntry,
+    BudgetSettings,
     EngineOptions,
-    Recognizer,
 )
 from streamasr.backends.guarded import PluginError, guarded_entry, said
 from streamasr.distribution.hooks import InstallHooks
@@ -182,18 +184,7 @@ def choose_backend(model: str | None, name: str | None = None) -> BackendEntry:
     return default
 
 
-def load_recognizer(
-    model: str | None,
-    options: EngineOptions,
-    backend: str | None = None,
-    entry: BackendEntry | None = None,
-) -> Recognizer:
-    """Load `model` with the backend that fits it: the only way commands open an engine.
-    `entry`: the backend already chosen for the options (so it is not chosen twice)."""
-    return (entry or choose_backend(model, backend)).load(model, options)
-
-
-def settings_budget(settings: Mapping[str, Any]) -> Any:
+def settings_budget(settings: BudgetSettings) -> LatencyBudget | None:
     """The latency budget of settings alone (no model read), by the built-in engine whose
     settings they are; None when no engine claims them."""
     for entry in _builtin():

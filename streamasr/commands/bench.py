@@ -9,11 +9,11 @@ from typing import Annotated
 
 import typer
 
+from streamasr.backends.options import check_number
 from streamasr.bench.outdir import RECORDS_NAME
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
     VerboseOpt,
-    check_number,
     cli_errors,
     err_console,
     setup_logging,
@@ -298,42 +298,25 @@ def run_bench(request: BenchRequest) -> bool:
     from streamasr.bench.outdir import RecordLog, check_out
     from streamasr.bench.results import write_results
     from streamasr.bench.runner import RunOptions
-    from streamasr.bench.sweep import (
-        plan_settings,
-        run_setting,
-        sweep_values,
-        swept_option,
-        swept_records,
-    )
+    from streamasr.bench.sweep import plan_settings, run_setting, swept_records
     from streamasr.bench.tables import TableColumns
     from streamasr.commands.bench_output import note_int8_batching, show_results
     from streamasr.commands.bench_passes import run_all, stopped_record
-    from streamasr.commands.options import (
-        backend_and_device,
-        chosen_backend,
-        load_plan,
-        stream_options,
-    )
+    from streamasr.commands.options import preflight
 
     group = request.model_options
     request.check()
-    stream = stream_options(group, paced=request.realtime)
-    backend_and_device(group)
-    entry = chosen_backend(group)
-    swept = swept_option(group.engine)
     # an option the backend does not declare (--chunk on a NeMo model): refused before loading
-    plan = load_plan(group, entry, skip=[swept] if swept else [])
-    values = sweep_values(entry, swept, group.engine)
-    from streamasr.commands.models import offer_download
-
-    offer_download(group.model)
+    prepared = preflight(group, paced=request.realtime, sweep=True)
+    entry, plan, stream, swept = prepared.entry, prepared.plan, prepared.feed, prepared.swept
+    prepared.offer()
     if request.plot is not None:
         from streamasr.bench.plot import require_matplotlib
 
         require_matplotlib()
     rules = parse_fail_on(request.fail_on) if request.fail_on else []
     baseline = load_baseline(request.baseline) if request.baseline else None
-    settings = plan_settings(plan, entry, swept, values)
+    settings = plan_settings(plan, entry, swept, prepared.values)
     if baseline is not None and rules:
         check_baseline_matches(baseline, [s.name for s in settings], str(request.baseline))
     columns = TableColumns(request.audio_column, request.text_column)

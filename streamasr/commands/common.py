@@ -16,7 +16,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from streamasr.backends.base import DEFAULT_THREADS, THREADS_MAX, check_threads
 from streamasr.backends.options import check_number
 from streamasr.errors import InputError, OutputError, ReaderGone, StreamAsrError, UsageError
 from streamasr.output.render import (
@@ -42,7 +41,6 @@ EXIT_INTERRUPTED = 130
 BLOCK_MS_RANGE = (1.0, 60_000.0)  # a feed block from 1 ms to one minute
 TAIL_PADDING_RANGE = (0.0, 30.0)  # seconds of silence appended at the end of input
 CHUNK_RANGE = (1, 1024)  # 50 Hz frames: 20 ms to 20 s
-__all__ = ["DEFAULT_THREADS", "THREADS_MAX", "check_number", "check_threads"]  # one of each
 
 FormatOpt = Annotated[
     str | None,

@@ -93,7 +93,7 @@ def file_on_ray(address: str, paths: list[str], model_options: Any, output_dir: 
         err_console,
     )
     from streamasr.commands.inputs import check_inputs_exist, raw_input_format
-    from streamasr.commands.options import open_planned
+    from streamasr.commands.options import preflight
     from streamasr.output.output_dir import check_output_dir, parse_formats
     from streamasr.output.render_bars import ProgressDisplay
 
@@ -105,8 +105,9 @@ def file_on_ray(address: str, paths: list[str], model_options: Any, output_dir: 
         check_partials(partials, "jsonl" if "jsonl" in formats else formats[0])
         check_output_dir(output_dir, paths)
         check_inputs_exist(paths)
-        plan, recognizer, stream = open_planned(model_options, paced=False)
-        spec = model_spec(plan, recognizer)
+        prepared = preflight(model_options, paced=False)
+        recognizer, stream = prepared.load(), prepared.feed
+        spec = model_spec(prepared.plan, recognizer)
         request = FileRunRequest(address, tuple(paths), output_dir, formats, partials,
                                  raw_format, sentence_case, quiet)
         progress = ProgressDisplay(err_console) if err_console.is_terminal and not quiet else None

@@ -19,7 +19,6 @@ from rich.text import Text
 
 from streamasr.analysis.latency import (
     LatencyBudget,
-    budget_from_info,
     chunk_budget,
     with_measurement,
 )
@@ -27,12 +26,12 @@ from streamasr.analysis.mask import (
     MAX_LAYERS,
     UNLIMITED,
 )
-from streamasr.backends.base import DEFAULT_THREADS, BackendEntry
+from streamasr.backends.base import DEFAULT_THREADS, BackendEntry, check_threads
+from streamasr.backends.declared_budget import budget_from_info
+from streamasr.backends.options import check_number
 from streamasr.backends.registry import settings_budget
 from streamasr.commands.common import (
     CHUNK_RANGE,
-    check_number,
-    check_threads,
     cli_errors,
     setup_logging,
 )
@@ -125,7 +124,7 @@ def build_budget(
     return _backend_budget(model, backend, entry, given, device, measure, threads)
 
 
-def _settings_budget(**settings: object) -> LatencyBudget:
+def _settings_budget(**settings: int | str | None) -> LatencyBudget:
     """The arithmetic of settings alone, from the engine that owns them."""
     budget = settings_budget(settings)
     if budget is None:  # every built-in engine declares its arithmetic

@@ -8,6 +8,7 @@ from typing import IO, Annotated
 
 import typer
 
+from streamasr.backends.options import check_number
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
     FormatOpt,
@@ -15,7 +16,6 @@ from streamasr.commands.common import (
     QuietOpt,
     SentenceCaseOpt,
     VerboseOpt,
-    check_number,
     choose_format,
     cli_errors,
     err_console,
@@ -26,8 +26,7 @@ from streamasr.commands.common import (
 from streamasr.commands.cue_options import with_cue_options
 from streamasr.commands.options import (
     ModelOptions,
-    build,
-    check_model_options,
+    preflight,
     with_model_options,
 )
 from streamasr.commands.remote import (
@@ -46,14 +45,9 @@ from streamasr.devices.live import (
     Tone,
     run_capture,
 )
-from streamasr.devices.mic import (
-    DEFAULT_MAX_BACKLOG_S,
-    AudioWriter,
-    DeviceInfo,
-    MicSource,
-    list_input_devices,
-    select_device,
-)
+from streamasr.devices.mic import DEFAULT_MAX_BACKLOG_S, MicSource
+from streamasr.devices.mic_devices import DeviceInfo, list_input_devices, select_device
+from streamasr.devices.wav_writer import AudioWriter
 from streamasr.errors import DeviceError, OutputError, StreamAsrError, UsageError
 from streamasr.output.finishing import NONE, Finishing, load_finishing
 from streamasr.output.render import LiveRenderer, Renderer, escape
@@ -227,7 +221,7 @@ def register(app: typer.Typer) -> None:
                 if server is not None:
                     check_remote_options(model_options)
                 else:
-                    check_model_options(model_options, paced=True)
+                    prepared = preflight(model_options, paced=True)
                 chosen = select_device(list_input_devices(), device)
                 finishing = load_finishing(punctuate, sentence_case)  # before the speech model
                 if server is not None:
@@ -238,7 +232,7 @@ def register(app: typer.Typer) -> None:
                         model_options.block_ms / 1000 if model_options.block_ms else SEND_BLOCK_S
                     )
                 else:
-                    recognizer, options = build(model_options, paced=True)
+                    recognizer, options = prepared.load(), prepared.feed
                     open_session = None
                     block_s = options.block_s or recognizer.chunk_s
                 renderer = make_renderer(fmt_name, True, quiet=quiet, cues=cue_rules)

@@ -36,7 +36,6 @@ from streamasr.backends.base import (
     DEFAULT_THREADS,
     BackendEntry,
     EndpointOptions,
-    EngineOptions,
     Recognizer,
     check_device_name,
 )
@@ -372,13 +371,6 @@ def load_plan(
     return plan
 
 
-def engine_options(
-    options: ModelOptions, entry: BackendEntry | None = None, skip: Iterable[str] = ()
-) -> EngineOptions:
-    """The engine settings of the group's plan (`load_plan`)."""
-    return load_plan(options, entry, skip).engine
-
-
 def stream_options(options: ModelOptions, *, paced: bool) -> StreamOptions:
     """How audio is fed and cut: block, tail padding, onset and the endpoint rules."""
     check_stream_numbers(options.block_ms, options.tail_padding_s)
@@ -417,31 +409,56 @@ def with_user_defaults(options: ModelOptions, hint: bool = True) -> ModelOptions
     return replace(options, model=model, device=device)
 
 
-def check_model_options(options: ModelOptions, *, paced: bool) -> None:
-    """Every check build() makes before loading (ranges, combinations, the engine's fit,
-    CUDA), for commands that have more to check before the load (mic's device)."""
-    stream_options(options, paced=paced)
-    load_plan(options)
+@dataclass(frozen=True)
+class Prepared:
+    """A prepared engine choice: every option checked, nothing loaded or downloaded yet.
+    `entry` is the backend that parsed the engine options and will load, `plan` what it
+    loads (a worker process or a Ray task loads the same), `feed` how audio is fed and cut;
+    with a sweep, the swept option's name and its values, parsed by that backend."""
+
+    model: str | None
+    entry: BackendEntry
+    plan: LoadPlan
+    feed: StreamOptions
+    swept: str | None = None
+    values: tuple[Any, ...] = (None,)
+
+    def offer(self) -> None:
+        """A released model not here yet: on a terminal, offer to pull it (commands/offer.py)."""
+        from streamasr.commands.offer import offer_download
+
+        offer_download(self.model)
+
+    def load(self) -> Recognizer:
+        """Offer the download, then load by the plan with the backend chosen in preflight."""
+        self.offer()
+        recognizer = self.plan.load(self.entry)
+        log.info("model: %s", recognizer.description)
+        return recognizer
 
 
-def open_planned(
-    options: ModelOptions, *, paced: bool
-) -> tuple[LoadPlan, Recognizer, StreamOptions]:
-    """Check every option before any audio is touched, offer to pull a released model not
-    here yet, then load it by the plan (kept by paths that load it again elsewhere: Ray)."""
+def preflight(options: ModelOptions, *, paced: bool, sweep: bool = False) -> Prepared:
+    """Every check before a model loads, in the one order every command shares: the feed's
+    numbers, the backend and device (a CUDA device asked of the driver, before torch), the
+    backend chosen once, the engine options parsed by it into the plan (one it does not
+    declare refused, naming its owner) and, for a sweep (bench), the swept option's values.
+    Nothing is downloaded or loaded: a command may check more (mic's device) before
+    `Prepared.load`."""
     feed = stream_options(options, paced=paced)
     backend_and_device(options)
-    entry = chosen_backend(options)  # once: the options are parsed by it, and it loads
-    plan = load_plan(options, entry)
-    from streamasr.commands.offer import offer_download
+    entry = chosen_backend(options)
+    if sweep:
+        from streamasr.bench.sweep import sweep_values, swept_option
 
-    offer_download(options.model)
-    recognizer = plan.load(entry)
-    log.info("model: %s", recognizer.description)
-    return plan, recognizer, feed
+        swept = swept_option(options.engine)
+    else:
+        swept = None
+    plan = load_plan(options, entry, skip=[swept] if swept else [])
+    values = sweep_values(entry, swept, options.engine) if sweep else [None]
+    return Prepared(options.model, entry, plan, feed, swept, tuple(values))
 
 
 def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOptions]:
-    """The model loaded by the group's plan, and how to feed it (`open_planned`)."""
-    _, recognizer, feed = open_planned(options, paced=paced)
-    return recognizer, feed
+    """The model loaded by the group's plan, and how to feed it (`preflight`)."""
+    prepared = preflight(options, paced=paced)
+    return prepared.load(), prepared.feed

@@ -21,7 +21,8 @@ import numpy as np
 
 from streamasr.audio.level import LevelMeter, LevelReading, LevelTotals
 from streamasr.backends.base import Recognizer
-from streamasr.devices.mic import AudioWriter, CapturedBlock, MicSource
+from streamasr.devices.mic import CapturedBlock, MicSource
+from streamasr.devices.wav_writer import AudioWriter
 from streamasr.errors import OutputError
 from streamasr.output.finishing import NONE, Finishing, finished
 from streamasr.output.render import JsonlRenderer, Renderer

@@ -20,18 +20,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from streamasr.audio import to_mono
-from streamasr.devices.mic_devices import (
-    DeviceInfo,
-    list_input_devices,
-    load_sounddevice,
-    select_device,
-)
-from streamasr.devices.wav_writer import AudioWriter
+from streamasr.devices.mic_devices import DeviceInfo, load_sounddevice
 from streamasr.errors import DeviceError, UsageError
-
-__all__ = [  # devices and saving live in their own modules; these names stay importable here
-    "AudioWriter", "DeviceInfo", "list_input_devices", "load_sounddevice", "select_device",
-]
 
 log = logging.getLogger("streamasr")
 

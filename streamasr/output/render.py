@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import IO, Protocol
+from typing import IO
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -21,6 +21,7 @@ from rich.text import Text
 from streamasr.audio.level import LevelReading
 from streamasr.errors import StreamAsrError
 from streamasr.output.render_bars import meter_text
+from streamasr.session.driver import Renderer  # the protocol every format here follows
 from streamasr.session.events import Event, Final, FirstToken, Partial, StreamSummary
 from streamasr.text.captions import (
     CueRules,
@@ -37,16 +38,6 @@ from streamasr.text.tokens import shared_prefix_len, split_words
 
 #: How JSONL writes partials: each whole ("full"), or what changed since the previous one
 PARTIALS = ("full", "delta")
-
-
-class Renderer(Protocol):
-    """What the CLI calls while a stream runs."""
-
-    def begin(self, source: str) -> None: ...
-
-    def event(self, event: Event) -> None: ...
-
-    def end(self, summary: StreamSummary) -> None: ...
 
 
 def summary_line(summary: StreamSummary, realtime: bool) -> str:

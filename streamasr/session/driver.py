@@ -52,6 +52,14 @@ class Sink(Protocol):
     def end(self, summary: StreamSummary) -> None: ...
 
 
+class Renderer(Sink, Protocol):
+    """A sink told where each input begins: every output format (output/render.py) is one.
+    It is declared here, beside Sink, so the session can be handed one without importing
+    the renderers, which import the session's events."""
+
+    def begin(self, source: str) -> None: ...
+
+
 def _abandoned(session: Session, sink: Sink) -> None:
     """The run is ended while the engine hangs: what a local session recognised in the open
     utterance (a remote one's engine is the server's), then the summary."""

@@ -8,7 +8,7 @@ the progress bar, when there is one, sits beside the renderer.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from streamasr.audio import (
     STDIN_NAME,
@@ -19,15 +19,24 @@ from streamasr.audio import (
     open_source,
 )
 from streamasr.backends.base import Recognizer
-from streamasr.session.driver import Pacing, Sink, drive
+from streamasr.session.driver import Pacing, Renderer, Sink, drive
 from streamasr.session.events import Event, StreamSummary
 from streamasr.session.stream import StreamOptions, StreamSession
 
-if TYPE_CHECKING:  # types only: the renderers sit beside this package and import its events
-    from streamasr.output.render import Renderer
-    from streamasr.output.render_bars import ProgressDisplay
-
 log = logging.getLogger("streamasr")
+
+
+class ProgressDisplay(Protocol):
+    """A progress bar beside the renderer (output/render_bars.py draws one): declared here
+    so this package need not import the renderers, which import its events."""
+
+    def begin(self, source: str, duration_s: float | None) -> None: ...
+
+    def advance(self, position_s: float) -> None: ...
+
+    def event(self, event: Event) -> None: ...
+
+    def end(self) -> None: ...
 
 
 def stream_file(

@@ -5,12 +5,12 @@ Importing this module imports neither torch nor NeMo nor the engine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from streamasr.backends.base import BackendEntry, EngineOptions, Recognizer
+from streamasr.analysis.latency import LatencyBudget
+from streamasr.backends.base import BackendEntry, BudgetSettings, EngineOptions, Recognizer
 from streamasr.backends.nemo.options import LACKS, OPTIONS, NemoSettings
+from streamasr.distribution.local_models import FolderFacts
 from streamasr.errors import ModelError
 from streamasr.whole_file import check_file
 
@@ -73,7 +73,7 @@ def _recognises(model: str | None) -> bool:
     return path.suffix == ".nemo" or (path.is_dir() and any(path.glob("*.nemo")))
 
 
-def _arithmetic(settings: Mapping[str, Any]) -> object:
+def _arithmetic(settings: BudgetSettings) -> LatencyBudget | None:
     """NeMo's arithmetic for `att_context_size=[L, R]` alone (no model read); defaults follow
     NeMo's shipped cache-aware config (17 layers, 8x subsampling)."""
     from streamasr.analysis.mask import parse_att_context_size
@@ -96,9 +96,7 @@ def _check_file(path: Path) -> None:
     check_file(path)
 
 
-def _describe(directory: Path) -> object:
-    from streamasr.distribution.local_models import FolderFacts
-
+def _describe(directory: Path) -> FolderFacts | None:
     return FolderFacts(engine="nemo") if any(directory.glob("*.nemo")) else None
 
 

@@ -6,12 +6,19 @@ entry whether it recognises a model before one is loaded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from streamasr.backends.base import BackendEntry, BackendInfo, EngineOptions, Recognizer
+from streamasr.analysis.latency import LatencyBudget
+from streamasr.backends.base import (
+    BackendEntry,
+    BackendInfo,
+    BudgetSettings,
+    EngineOptions,
+    Recognizer,
+)
 from streamasr.backends.sherpa.options import OPTIONS, SherpaSettings
+from streamasr.distribution.local_models import FolderFacts
 
 NAME = "sherpa-onnx"
 
@@ -67,7 +74,7 @@ def _recognises(model: str | None) -> bool:
     return (path / "tokens.txt").is_file()
 
 
-def _budget(model: str | None, options: EngineOptions, measure: bool) -> object:
+def _budget(model: str | None, options: EngineOptions, measure: bool) -> LatencyBudget:
     """The latency budget of a model (streamasr latency --model); with `measure`, that of the
     files latency then loads to measure."""
     from streamasr.backends.sherpa.model_budget import model_budget
@@ -75,7 +82,7 @@ def _budget(model: str | None, options: EngineOptions, measure: bool) -> object:
     return model_budget(model, options, measure)
 
 
-def _arithmetic(settings: Mapping[str, Any]) -> object:
+def _arithmetic(settings: BudgetSettings) -> LatencyBudget | None:
     """Textbook zipformer2 arithmetic for a chunk alone (no model read)."""
     from streamasr.backends.sherpa.budget import budget_for_zipformer2_chunk
 
@@ -91,7 +98,7 @@ def _prepare_folder(directory: Path) -> None:
     prepare_folder(directory)
 
 
-def _describe(directory: Path) -> object:
+def _describe(directory: Path) -> FolderFacts | None:
     from streamasr.backends.sherpa.modeldir import describe_folder
 
     return describe_folder(directory)
