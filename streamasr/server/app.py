@@ -18,13 +18,13 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import NoReturn, Protocol
 
 from streamasr.backends.base import Recognizer
 from streamasr.output.finishing import NONE, Finishing
 from streamasr.server import protocol
-from streamasr.server.connection import Stop
+from streamasr.server.client_session import Refused, Stop
 from streamasr.server.limits import ConnectionSlots, Security, ServerLimits
 from streamasr.server.metrics import Metrics
 from streamasr.server.rooms import RoomOptions, Rooms, token_matches
@@ -97,26 +97,29 @@ class StreamServer:
 
     # -- sessions -------------------------------------------------------------------------
 
-    def refusal(self) -> tuple[str, str] | None:
-        """Why a new session cannot start now (metrics label, message), or None: it can,
-        and it holds one of the connection slots until `release()`."""
+    @contextlib.asynccontextmanager
+    async def admitted(self, session: Stoppable) -> AsyncIterator[None]:
+        """Hold one connection slot for `session` while open, and ask it to stop when the
+        server stops; Refused (nothing held) while the server stops or is full."""
         if self.stopping:
             self.metrics.refused.labels("shutting_down").inc()
-            return "shutting_down", "server shutting down"
+            raise Refused("shutting_down", "server shutting down")
         if not self.slots.take():
             self.metrics.refused.labels("capacity").inc()
-            return "capacity", (
+            raise Refused(
+                "capacity",
                 f"server at capacity ({self.limits.max_connections} connections, "
-                "--max-connections); try again later"
+                "--max-connections); try again later",
             )
         self.metrics.connections.inc()
         self.metrics.active_sessions.inc()
-        return None
-
-    def release(self) -> None:
-        """A session admitted by `refusal()` has ended."""
-        self.metrics.active_sessions.dec()
-        self.slots.give_back()
+        self.connections.add(session)
+        try:
+            yield
+        finally:
+            self.connections.discard(session)
+            self.metrics.active_sessions.dec()
+            self.slots.give_back()
 
     # -- serving ----------------------------------------------------------------------------
 

@@ -24,14 +24,27 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from streamasr.errors import StreamAsrError
+from streamasr.server import protocol
 from streamasr.server.protocol import SessionConfig
 from streamasr.server.rooms import Publishing
 from streamasr.server.utterance import Delivered, Utterance
-from streamasr.server.wire import WireEncoder
+from streamasr.server.wire import Record, WireEncoder
 
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
-    from streamasr.server.connection import Stop
+
+
+class Stop(Exception):
+    """The server ends a session (a limit, shutdown, a slow client, an engine failure):
+    `code` is the WebSocket close code (other protocols map it), `kind` the metrics label,
+    `flush` whether the open utterance is finished and its final sent first."""
+
+    def __init__(self, code: int, reason: str, kind: str, flush: bool) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = protocol.close_reason(reason)
+        self.kind = kind
+        self.flush = flush
 
 
 class Refused(StreamAsrError):
@@ -53,14 +66,20 @@ class ClientSession:
     def __init__(
         self,
         server: StreamServer,
-        on_events: Callable[[list[Delivered]], None],
+        on_events: Callable[[list[Delivered]], None] | None = None,
         token: str | None = None,
+        on_records: Callable[[list[Record]], None] | None = None,
+        on_stop: Callable[[Stop], None] | None = None,
     ) -> None:
         """`on_events`: called on the event loop with each batch of event objects of the
-        open utterance (its StreamSummary last); `token`: what the client presented, for
-        a room's publish token."""
+        open utterance (its StreamSummary last); or `on_records`, with them as wire records
+        (server/wire.py; made once for the client and the room); `token`: what the client
+        presented, for a room's publish token; `on_stop`: told when the server asks the
+        session to end."""
         self.server = server
         self.on_events = on_events
+        self.on_records = on_records
+        self.on_stop = on_stop
         self.token = token
         self.utterance: Utterance | None = None
         self.publishing: Publishing | None = None
@@ -74,22 +93,19 @@ class ClientSession:
     async def admitted(
         cls,
         server: StreamServer,
-        on_events: Callable[[list[Delivered]], None],
+        on_events: Callable[[list[Delivered]], None] | None = None,
         token: str | None = None,
+        on_records: Callable[[list[Record]], None] | None = None,
+        on_stop: Callable[[Stop], None] | None = None,
     ) -> AsyncIterator[ClientSession]:
         """A session holding one connection slot while open; Refused when none is free
         or the server stops. On leaving, an utterance still open is discarded."""
-        refused = server.refusal()
-        if refused is not None:
-            raise Refused(*refused)
-        session = cls(server, on_events, token)
-        server.connections.add(session)
-        try:
-            yield session
-        finally:
-            session.close()
-            server.connections.discard(session)
-            server.release()
+        session = cls(server, on_events, token, on_records, on_stop)
+        async with server.admitted(session):
+            try:
+                yield session
+            finally:
+                session.close()
 
     # -- what the adapter calls --------------------------------------------------------------
 
@@ -99,12 +115,21 @@ class ClientSession:
         if self.utterance is not None:
             await self.finish()
         self._publish(config)
-        encoder = WireEncoder(config) if self.publishing is not None else None
+        publishing, on_events, on_records = self.publishing, self.on_events, self.on_records
+        encoder = WireEncoder(config) if publishing is not None or on_records else None
 
         def deliver(items: list[Delivered]) -> None:
-            if encoder is not None and self.publishing is not None:
-                self.publishing.deliver(encoder.records(items))
-            self.on_events(items)
+            if encoder is None:
+                if on_events is not None:
+                    on_events(items)
+                return
+            records = encoder.records(items)
+            if publishing is not None:
+                publishing.deliver(records)
+            if on_records is not None:
+                on_records(records)
+            if on_events is not None:
+                on_events(items)
 
         self.utterance = await self.server.scheduler.open(config, deliver, self._fail)
 
@@ -112,26 +137,41 @@ class ClientSession:
     def is_open(self) -> bool:
         return self.utterance is not None
 
+    def add_audio(self, samples: np.ndarray) -> bool:
+        """Queue mono float32 samples at the utterance's rate without waiting; True when
+        more than --max-queued-audio-s is not yet decoded: await `drained()` before more."""
+        utterance = self._open_utterance()
+        self.server.scheduler.add_audio(utterance, samples)
+        return utterance.queued_s > self.server.limits.max_queued_audio_s
+
+    async def drained(self) -> None:
+        """Until the audio queued so far is decoded (or the utterance is gone)."""
+        utterance = self.utterance
+        while utterance is not None and not utterance.drained.is_set():
+            await utterance.drained.wait()
+
     async def feed(self, samples: np.ndarray) -> None:
         """Queue mono float32 samples at the utterance's rate; waits while more than
         --max-queued-audio-s of audio is not yet decoded (the client's sending slows)."""
         utterance = self._open_utterance()
-        scheduler = self.server.scheduler
-        limit_s = self.server.limits.max_queued_audio_s
-        size = max(1, int(limit_s * utterance.config.sample_rate) // 2)
-        for start in range(0, len(samples), size):
-            scheduler.add_audio(utterance, samples[start : start + size])
-            while utterance.queued_s > limit_s and not utterance.discarded:
-                await utterance.drained.wait()
+        size = max(1, int(self.server.limits.max_queued_audio_s * utterance.config.sample_rate))
+        for start in range(0, len(samples), size // 2):
+            if self.add_audio(samples[start : start + size // 2]):
+                await self.drained()
             self._raise_failure()
+
+    def end_input(self) -> asyncio.Future[None]:
+        """End the open utterance's input: the scheduler's future, done once its final and
+        summary were delivered (awaiting it again after a stop is fine: it is not ours to
+        cancel)."""
+        return self.server.scheduler.end(self._open_utterance())
 
     async def finish(self) -> None:
         """End the utterance's input; return once its final and summary were delivered."""
-        utterance = self.utterance
-        if utterance is None:
+        if self.utterance is None:
             return
         failed: asyncio.Future[Any] = asyncio.ensure_future(self._failed.wait())
-        waits: set[asyncio.Future[Any]] = {self.server.scheduler.end(utterance), failed}
+        waits: set[asyncio.Future[Any]] = {self.end_input(), failed}
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -156,6 +196,8 @@ class ClientSession:
         if self.stop is None:
             self.stop = stop
             self.stopped.set()
+            if self.on_stop is not None:
+                self.on_stop(stop)
 
     # -- inside ------------------------------------------------------------------------------
 
@@ -174,6 +216,7 @@ class ClientSession:
     def _fail(self, reason: str) -> None:
         self.failure = reason
         self._failed.set()
+        self.request_stop(Stop(protocol.CLOSE_INTERNAL, reason, "engine_error", flush=False))
         if self.utterance is not None:
             self.utterance.drained.set()
 

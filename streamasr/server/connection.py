@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from streamasr.output.render import jsonl_line
 from streamasr.server import protocol
+from streamasr.server.client_session import ClientSession, Stop
 from streamasr.server.protocol import ProtocolError
-from streamasr.server.rooms import Publishing, presented_token
-from streamasr.server.utterance import Delivered, Utterance
-from streamasr.server.wire import WireEncoder
+from streamasr.server.rooms import presented_token
+from streamasr.server.utterance import Utterance
+from streamasr.server.wire import Record
 
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
@@ -31,17 +31,6 @@ log = logging.getLogger("streamasr")
 
 #: How long the last final and summary may take to reach a client before the close.
 FLUSH_TIMEOUT_S = 10.0
-
-
-class Stop(Exception):
-    """The server ends this connection (a limit, shutdown, a slow client); close with this."""
-
-    def __init__(self, code: int, reason: str, kind: str, flush: bool) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = protocol.close_reason(reason)
-        self.kind = kind  # metrics label
-        self.flush = flush  # finish the open utterance and send its final first
 
 
 class SocketClosed(Exception):
@@ -73,8 +62,18 @@ class Connection:
         self._interrupted = False  # that wait was cancelled by a stop or its deadline
         self._deadline = 0.0
         self._timer: asyncio.TimerHandle | None = None
-        self.utterance: Utterance | None = None
-        self.publishing: Publishing | None = None  # from the first config naming a room
+        # the wire-free part: utterances, room publishing (server/client_session.py)
+        self.session = ClientSession(
+            server, on_records=self.deliver_records, on_stop=self.request_stop
+        )
+
+    @property
+    def utterance(self) -> Utterance | None:
+        return self.session.utterance
+
+    @utterance.setter
+    def utterance(self, value: Utterance | None) -> None:
+        self.session.utterance = value
 
     def request_stop(self, stop: Stop) -> None:
         """Ask the handler to end (from elsewhere on the loop: shutdown, a full queue)."""
@@ -101,14 +100,9 @@ class Connection:
         else:
             self._interrupt()
 
-    def deliver_events(self, encoder: WireEncoder, items: list[Delivered]) -> None:
-        """What the scheduler delivers for the open utterance: its records (`encoder`, the
-        WebSocket adapter) go to its room's viewers, their lines to this client."""
-        records = encoder.records(items)
-        lines = [jsonl_line(record) for record in records]
-        if self.publishing is not None:
-            self.publishing.deliver(records)
-        self.deliver(lines)
+    def deliver_records(self, records: list[Record]) -> None:
+        """The open utterance's wire records (its room has them too): a line each."""
+        self.deliver([jsonl_line(record) for record in records])
 
     def deliver(self, lines: list[str]) -> None:
         """Queue lines to send; a client whose queue is full is closed."""
@@ -127,9 +121,6 @@ class Connection:
                 )
                 return
 
-    def fail(self, reason: str) -> None:
-        self.request_stop(Stop(protocol.CLOSE_INTERNAL, reason, "engine_error", flush=False))
-
     async def run(self) -> None:
         sender = asyncio.create_task(self._send_loop())
         try:
@@ -143,10 +134,7 @@ class Connection:
         except Stop as stop:
             await self._stop(stop)
         finally:
-            if self.publishing is not None:
-                self.publishing.end()
-            if self.utterance is not None:
-                self.server.scheduler.discard(self.utterance)
+            self.session.close()
             if self._timer is not None:
                 self._timer.cancel()
             sender.cancel()
@@ -170,41 +158,29 @@ class Connection:
         while True:
             timeout = self.limits.handshake_timeout_s if first else self.limits.idle_timeout_s
             message = await self._receive(timeout, "config" if first else "idle")
+            if first:  # the token a room may ask for (its publish token)
+                self.session.token = presented_token(self.ws.headers, self.ws.query)
             first = False
             config = protocol.parse_config(
                 message, server.options.endpoint, self.limits.max_queued_audio_s * 500
             )
-            self._publish(config)
-            deliver = functools.partial(self.deliver_events, WireEncoder(config))
-            self.utterance = await server.scheduler.open(config, deliver, self.fail)
+            await self.session.open(config)
             while True:
                 message = await self._receive(self.limits.idle_timeout_s, "idle")
                 if isinstance(message, str):
                     if protocol.is_end(message):
                         break
                     continue
-                samples = protocol.decode_frame(message, config)
-                server.scheduler.add_audio(self.utterance, samples)
-                if self.utterance.queued_s > self.limits.max_queued_audio_s:
+                if self.session.add_audio(protocol.decode_frame(message, config)):
                     # back-pressure: stop reading (the client's sends block) until decoded
-                    await self._wait(self.utterance.drained.wait())
+                    await self._wait(self.session.drained())
             await self._finish_utterance()
-
-    def _publish(self, config: protocol.SessionConfig) -> None:
-        """A config that names a room, or any after one: publish there (server/rooms.py)."""
-        if self.publishing is None:
-            if config.room is None:
-                return
-            token = presented_token(self.ws.headers, self.ws.query)
-            self.publishing = Publishing(self.server.rooms, token)
-        self.publishing.begin(config.room, config.partials)
 
     async def _finish_utterance(self) -> None:
         """End the open utterance's input; return once its final and summary are sent."""
-        utterance = self.utterance
-        if utterance is None:
+        if self.utterance is None:
             return
-        await self._wait(self.server.scheduler.end(utterance))
+        await self._wait(self.session.end_input())
         self.utterance = None
         await self._wait(self.outbox.join())
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from fastapi import APIRouter, WebSocket
 from fastapi.responses import PlainTextResponse
 
+from streamasr.server.client_session import Refused
 from streamasr.server.connection import Connection, SocketClosed
 from streamasr.server.protocol import CLOSE_GOING_AWAY, CLOSE_TRY_LATER
 from streamasr.server.rooms import presented_token
@@ -81,19 +82,13 @@ async def session(websocket: WebSocket) -> None:
     if not await admit(websocket, server):
         return
     stream = WebSocketStream(websocket)
-    refused = server.refusal()
-    if refused is not None:
-        kind, reason = refused
-        await stream.close(CLOSE_GOING_AWAY if kind == "shutting_down" else CLOSE_TRY_LATER,
-                           reason)  # fmt: skip
-        return
     connection = Connection(server, stream)
-    server.connections.add(connection)
     try:
-        await connection.run()
-    finally:
-        server.connections.discard(connection)
-        server.release()
+        async with server.admitted(connection):
+            await connection.run()
+    except Refused as refused:
+        code = CLOSE_GOING_AWAY if refused.kind == "shutting_down" else CLOSE_TRY_LATER
+        await stream.close(code, refused.reason)
 
 
 @router.get(WS_PATH, include_in_schema=False)
