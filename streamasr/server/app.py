@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from importlib import resources
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import parse_qs
 
 from streamasr.backends.base import Recognizer
@@ -36,6 +36,9 @@ from streamasr.server.room_feeds import RoomFeeds
 from streamasr.server.rooms import RoomOptions, Rooms, token_matches
 from streamasr.server.scheduler import Scheduler
 from streamasr.session.stream import StreamOptions
+
+if TYPE_CHECKING:
+    from streamasr.server.wyoming_adapter import WyomingSetup
 
 log = logging.getLogger("streamasr")
 
@@ -94,6 +97,7 @@ class StreamServer:
         self.stop_signal: int | None = None
         self._stop = asyncio.Event()
         self._stop_at = 0.0
+        self.wyoming: WyomingSetup | None = None  # serve --wyoming (server/wyoming_adapter.py)
 
     # -- HTTP -------------------------------------------------------------------------------
 
@@ -248,7 +252,14 @@ class StreamServer:
         # the garbage collector's sight, a full collection no longer walks them (~30 ms on
         # the event loop each time, which showed as late finals), only the sessions' objects.
         gc.freeze()
+        wyoming = None
         try:
+            # -- Wyoming (server/wyoming_adapter.py): a second listener over this scheduler;
+            # it stops with the WebSocket side and is drained before the scheduler ends
+            if self.wyoming is not None:
+                from streamasr.server.wyoming_adapter import start_wyoming
+
+                wyoming = await start_wyoming(self, self.wyoming)
             async with serve(
                 self.handle,
                 host,
@@ -266,6 +277,8 @@ class StreamServer:
                 on_ready([sock.getsockname()[:2] for sock in server.sockets])
                 await self._stop.wait()
                 self.stopping = True
+                if wyoming is not None:
+                    wyoming.stop()  # Wyoming
                 if self.rooms is not None:  # viewers go once the publishers' finals are out
                     self._rooms_closer = asyncio.ensure_future(
                         self.rooms.close_when(lambda: not self.connections)
@@ -285,6 +298,8 @@ class StreamServer:
                         self._abandon_wedged_engine()
                 wedged.cancel()
         finally:
+            if wyoming is not None:
+                await wyoming.close()  # Wyoming: its open utterances' transcripts sent
             scheduler_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await scheduler_task
