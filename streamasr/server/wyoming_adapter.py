@@ -44,7 +44,7 @@ from wyoming.ping import Ping, Pong
 
 from streamasr.audio import MAX_CHANNELS, MAX_RATE_HZ, MIN_RATE_HZ
 from streamasr.distribution.catalog import find
-from streamasr.errors import StreamAsrError, UsageError
+from streamasr.errors import InputError, StreamAsrError, UsageError
 from streamasr.server import protocol
 from streamasr.server.connection import FLUSH_TIMEOUT_S
 from streamasr.server.protocol import SessionConfig
@@ -310,9 +310,11 @@ def languages(server: StreamServer) -> list[str]:
 
 def info_event(server: StreamServer) -> Event:
     """`info`: one speech-to-text program, this server, with its one model."""
-    attribution = Attribution(name="streamasr", url="https://github.com/k2-fsa/sherpa-onnx")
+    name = server.recognizer.info.model_name
+    entry = find(name)
     model = AsrModel(
-        name=server.recognizer.info.model_name, attribution=attribution, installed=True,
+        name=name, attribution=Attribution(name="streamasr", url=entry.url if entry else ""),
+        installed=True,
         description=server.recognizer.description, version=None,
         languages=languages(server),
     )  # fmt: skip
@@ -320,7 +322,7 @@ def info_event(server: StreamServer) -> Event:
     if STREAMING:
         fields["supports_transcript_streaming"] = True
     program = AsrProgram(
-        name=PROGRAM, attribution=attribution, installed=True,
+        name=PROGRAM, attribution=Attribution(name="streamasr", url=""), installed=True,
         description="streamasr: streaming speech transcription", version=__version__,
         models=[model], **fields,
     )  # fmt: skip
@@ -484,7 +486,10 @@ class WyomingConnection:
         config = SessionConfig(sample_rate=audio.rate, source="wyoming")
         self._finals = []
         self._chunks = ChunkStream()
-        self.utterance = await self.server.scheduler.open(config, self._deliver, self._fail)
+        try:
+            self.utterance = await self.server.scheduler.open(config, self._deliver, self._fail)
+        except InputError as exc:
+            raise WyomingInputError("bad-audio", f"audio-start: {exc}", "invalid_input") from None
         self.audio = audio
         if STREAMING:
             self._write(wyoming_asr.TranscriptStart().event())
@@ -552,9 +557,8 @@ class WyomingConnection:
             stop.cancel()
         if read in done:
             return read.result()
-        read.cancel()
-        with contextlib.suppress(BaseException):
-            await read
+        read.cancel()  # the connection ends: what it had half read does not matter
+        read.add_done_callback(lambda task: task.cancelled() or task.exception())
         if self.stop_requested is not None:
             raise self.stop_requested
         if session_left <= timeout_s:
@@ -597,17 +601,9 @@ class WyomingConnection:
             await self._drain()
             if self.writer.can_write_eof():
                 self.writer.write_eof()
-            await asyncio.wait_for(self._discard_input(), LINGER_S)
+            await asyncio.wait_for(_discard_input(self.reader), LINGER_S)
         except (_Gone, ConnectionError, asyncio.TimeoutError, OSError):
             pass
-
-    async def _discard_input(self) -> None:
-        dropped = 0
-        while dropped < LINGER_BYTES:
-            data = await self.reader.read(64 << 10)
-            if not data:
-                return
-            dropped += len(data)
 
 
 class WyomingListener:
@@ -648,12 +644,12 @@ class WyomingListener:
         server = self.server
         if self.stopping or server.stopping:
             server.metrics.refused.labels("shutting_down").inc()
-            await _refuse(writer, "shutting-down", "server shutting down; try again later")
+            await _refuse(reader, writer, "shutting-down", "server shutting down; try again later")
             return
         if not server.slots.take():
             server.metrics.refused.labels("capacity").inc()
             await _refuse(
-                writer, "capacity",
+                reader, writer, "capacity",
                 f"server at capacity ({server.limits.max_connections} connections, "
                 "--max-connections); try again later",
             )  # fmt: skip
@@ -704,12 +700,28 @@ class WyomingListener:
             self._force.cancel()
 
 
-async def _refuse(writer: asyncio.StreamWriter, code: str, text: str) -> None:
-    """An error event on a connection not taken, then its end."""
+async def _refuse(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, code: str, text: str
+) -> None:
+    """An error event on a connection not taken, then its end (lingering, as
+    WyomingConnection._close_with_error does: the client may have sent its first events)."""
     with contextlib.suppress(ConnectionError, OSError, asyncio.TimeoutError):
         writer.write(frame(Error(text=text, code=code).event()))
         await asyncio.wait_for(writer.drain(), LINGER_S)
+        if writer.can_write_eof():
+            writer.write_eof()
+        await asyncio.wait_for(_discard_input(reader), LINGER_S)
     writer.close()
+
+
+async def _discard_input(reader: asyncio.StreamReader) -> None:
+    """Read and drop what a client still sends, up to LINGER_BYTES or its end."""
+    dropped = 0
+    while dropped < LINGER_BYTES:
+        data = await reader.read(64 << 10)
+        if not data:
+            return
+        dropped += len(data)
 
 
 async def start_wyoming(server: StreamServer, setup: WyomingSetup) -> WyomingListener:
@@ -731,8 +743,3 @@ async def start_wyoming(server: StreamServer, setup: WyomingSetup) -> WyomingLis
         setup.on_ready(listener.addresses)
     return listener
 
-
-__all__ = [
-    "AudioFormat", "ChunkStream", "WyomingInputError", "WyomingListener", "WyomingSetup",
-    "read_event", "start_wyoming", "wyoming_setup",
-]  # fmt: skip
