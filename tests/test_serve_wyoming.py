@@ -344,6 +344,30 @@ def test_capacity_refusal_and_sigterm_sends_the_open_transcript(
     assert wait_for(lambda: any("stopped" in line for line in server.stderr_lines), 5)
 
 
+def test_idle_connection_gets_its_transcript_then_an_error(
+    reference: dict[str, list[dict[str, Any]]],
+) -> None:
+    """All audio sent, no audio-stop, then nothing: after --idle-timeout-s the utterance
+    is ended, its transcript sent, then one error event says why the connection ends."""
+    with serve("--wyoming", "tcp://127.0.0.1:0", "--idle-timeout-s", "1",
+               "--max-batch", "1") as server:  # fmt: skip
+        port = wyoming_port(server)
+
+        async def run() -> list[Event]:
+            command = Command(port, *interleaved(CLIPS[3]))
+            await command.start()
+            await command.send()
+            events = []
+            while (event := await asyncio.wait_for(command.client.read_event(), READ_LIMIT_S)):
+                events.append(event)
+            return events
+
+        events = asyncio.run(run())
+    assert transcript(events) == text_of(reference[CLIPS[3]])
+    assert [e.type for e in events][-3:] == ["transcript", "transcript-stop", "error"]
+    assert events[-1].data["code"] == "idle" and "--idle-timeout-s" in events[-1].data["text"]
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [
