@@ -506,10 +506,10 @@ def serve_command(
         check_port_and_workers(port, workers)
         rooms = room_options(max_viewers, room_history, publish_token_file, view_token_file,
                              workers)
-        wyoming_listener = wyoming_option(wyoming, workers)
+        wyoming_setup = wyoming_option(wyoming, workers)
         setup, finishing = prepare(model_options, limits, security, rooms,
                                    (punctuate, sentence_case))
-        stopped_by = listen(setup, finishing, host, port, workers, wyoming_listener)
+        stopped_by = listen(setup, finishing, host, port, workers, wyoming_setup)
     say_stopped(stopped_by)
 
 
