@@ -33,6 +33,7 @@ from streamasr.session.stream import StreamOptions
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
     from streamasr.server.rooms import RoomOptions
+    from streamasr.server.wyoming_adapter import WyomingSetup
 
 log = logging.getLogger("streamasr")
 
@@ -151,6 +152,13 @@ WorkersOpt = Annotated[
     typer.Option(
         help="Server processes, each with its own model, sharing the port (one per "
         "core); --max-connections is shared out among them."
+    ),
+]
+WyomingOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Also serve Wyoming (Home Assistant's voice protocol) at tcp://HOST:PORT, e.g. "
+        "tcp://0.0.0.0:10300; no authentication: for a trusted LAN only."
     ),
 ]
 Ready = Callable[[list[tuple[str, int]]], None]
@@ -374,16 +382,56 @@ def ready_lines(security: Security) -> Ready:
     return ready
 
 
+def wyoming_option(uri: str | None, workers: int) -> WyomingSetup | None:
+    """--wyoming checked before the model loads: the form, the package, one process."""
+    if uri is None:
+        return None
+    import importlib.util
+
+    from streamasr.server.reach import bracketed, is_local
+
+    if importlib.util.find_spec("wyoming") is None:
+        raise DependencyError(f"--wyoming needs the wyoming package: {install_hint('serve')}")
+    from streamasr.server.wyoming_adapter import wyoming_setup
+
+    if workers > 1:
+        # each worker has its own engine and scheduler; a Wyoming port would need the
+        # socket shared among them as --workers does for the WebSocket port
+        raise UsageError(
+            "--wyoming serves from one process: drop --workers, or run a second "
+            "`streamasr serve --wyoming ...` for Home Assistant"
+        )
+
+    def ready(addresses: list[tuple[str, int]]) -> None:
+        for bound_host, bound_port in addresses:
+            err_console.print(
+                f"streamasr serve: wyoming on tcp://{bracketed(bound_host)}:{bound_port}",
+                highlight=False,
+            )
+            if not is_local(bound_host):
+                err_console.print(
+                    "[red]warning:[/red] Wyoming has no authentication: anyone who can reach "
+                    f"port {bound_port} can use this server; keep it on a trusted LAN",
+                    highlight=False,
+                )
+        err_console.file.flush()
+
+    return wyoming_setup(uri, ready)
+
+
 def listen(
-    setup: ServerSetup, finishing: Finishing, host: str, port: int, workers: int
-) -> int | None:
+    setup: ServerSetup, finishing: Finishing, host: str, port: int, workers: int,
+    wyoming: WyomingSetup | None = None,
+) -> int | None:  # fmt: skip
     """Load and serve until stopped (the stop signal's number; None if none came)."""
     ready = ready_lines(setup.security)
     try:
         if workers == 1:
             from streamasr.server.app import run_server
 
-            return run_server(load_server(setup, finishing), host, port, ready)
+            server = load_server(setup, finishing)
+            server.wyoming = wyoming  # serve --wyoming (server/wyoming_adapter.py)
+            return run_server(server, host, port, ready)
         return serve_workers(workers, host, port, setup, ready)
     except OSError as exc:
         raise StreamAsrError(
@@ -433,6 +481,7 @@ def serve_command(
     publish_token_file: PublishTokenOpt = None,
     view_token_file: ViewTokenOpt = None,
     workers: WorkersOpt = 1,
+    wyoming: WyomingOpt = None,
     sentence_case: SentenceCaseOpt = False,
     punctuate: PunctuateOpt = None,
     verbose: VerboseOpt = False,
@@ -442,7 +491,8 @@ def serve_command(
     Sessions default to live captions: each audio message fed as it comes (cut at
     100 ms) and 0.3 s of tail padding. --block-ms (fixed blocks) and --tail-padding
     change that, and each session may ask for its own. --punctuate and --sentence-case
-    finish every session's finals unless it asks otherwise.
+    finish every session's finals unless it asks otherwise. --wyoming also serves Home
+    Assistant's voice protocol on a second port, over the same engine.
     """
     setup_logging(verbose)
     with cli_errors():
@@ -457,9 +507,10 @@ def serve_command(
         check_port_and_workers(port, workers)
         rooms = room_options(max_viewers, room_history, publish_token_file, view_token_file,
                              workers)
+        wyoming_setup = wyoming_option(wyoming, workers)
         setup, finishing = prepare(model_options, limits, security, rooms,
                                    (punctuate, sentence_case))
-        stopped_by = listen(setup, finishing, host, port, workers)
+        stopped_by = listen(setup, finishing, host, port, workers, wyoming_setup)
     say_stopped(stopped_by)
 
 

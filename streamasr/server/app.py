@@ -19,7 +19,7 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import NoReturn, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from streamasr.backends.base import Recognizer
 from streamasr.output.finishing import NONE, Finishing
@@ -30,6 +30,9 @@ from streamasr.server.metrics import Metrics
 from streamasr.server.rooms import RoomOptions, Rooms, token_matches
 from streamasr.server.scheduler import Scheduler
 from streamasr.session.stream import StreamOptions
+
+if TYPE_CHECKING:
+    from streamasr.server.wyoming_adapter import WyomingSetup
 
 log = logging.getLogger("streamasr")
 
@@ -87,6 +90,7 @@ class StreamServer:
         self.stop_signal: int | None = None
         self._stop = asyncio.Event()
         self._stop_at = 0.0
+        self.wyoming: WyomingSetup | None = None  # serve --wyoming (server/wyoming_adapter.py)
 
     def admits(self, token: str | None) -> bool:
         """/ws takes the server's token, or the rooms' publish token when one is set."""
@@ -189,7 +193,14 @@ class StreamServer:
         # the event loop each time, which showed as late finals), only the sessions' objects.
         gc.freeze()
         serving = asyncio.create_task(web.serve([sock]))
+        wyoming = None
         try:
+            # -- Wyoming (server/wyoming_adapter.py): a second listener over this scheduler;
+            # it stops with the web side and is drained before the scheduler ends
+            if self.wyoming is not None:
+                from streamasr.server.wyoming_adapter import start_wyoming
+
+                wyoming = await start_wyoming(self, self.wyoming)
             while not web.started:
                 if serving.done():
                     serving.result()
@@ -198,6 +209,8 @@ class StreamServer:
             on_ready([sock.getsockname()[:2]])
             await self._stop.wait()
             self.stopping = True
+            if wyoming is not None:
+                wyoming.stop()
             if self.rooms is not None:  # viewers go once the publishers' finals are out
                 self._rooms_closer = asyncio.ensure_future(
                     self.rooms.close_when(lambda: not self.connections)
@@ -209,6 +222,8 @@ class StreamServer:
             web.should_exit = True
             await serving
         finally:
+            if wyoming is not None:
+                await wyoming.close()
             if not serving.done():
                 web.force_exit = web.should_exit = True
                 with contextlib.suppress(Exception):
