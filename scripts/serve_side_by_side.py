@@ -23,6 +23,9 @@ one process, N engine threads: each server's own way to use the cores):
 - sherpa-onnx's `streaming_server.py`,
 - with `--file-settings`, also `streamasr serve --block-ms 320 --tail-padding 0.66`
   ("streamasr-file": `streamasr file`'s defaults, one chunk and 0.66 s),
+- with `--baseline PATH`, the `streamasr serve` of another checkout (a git worktree of an
+  earlier commit: `git worktree add --detach ../before COMMIT`) with the same settings
+  ("streamasr-baseline"), so a change is measured against what it replaces in one run,
 
 then runs `scripts/serve_load.py --ladder ...` against them (interleaved, same
 clients, same clips; the load average, CPU model and each server's CPU seconds recorded
@@ -141,8 +144,13 @@ def main() -> None:
                         help="streamasr serve --workers (server processes, one per core)")
     parser.add_argument("--schedules", default="ready",
                         help="streamasr servers to run, one per --schedule (ready,aligned)")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="another streamasr checkout (e.g. a git worktree of an earlier "
+                             "commit): its serve runs too, as streamasr-baseline, same settings")
     parser.add_argument("--out", type=Path, default=Path("serve_side_by_side.json"))
     args = parser.parse_args()
+    if args.baseline is not None and not (args.baseline / "streamasr" / "__main__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: no streamasr checkout there")
     if args.sherpa_onnx is None:
         parser.error("--sherpa-onnx PATH (a git clone of k2-fsa/sherpa-onnx) is required")
     model = args.model.resolve()
@@ -158,7 +166,9 @@ def main() -> None:
         schedules = [name.strip() for name in args.schedules.split(",") if name.strip()]
         served = {("streamasr" if schedule == "ready" else f"streamasr-{schedule}"): schedule
                   for schedule in schedules}
-        names = [*served, *(["streamasr-file"] if args.file_settings else []), "sherpa-onnx"]
+        baseline = ["streamasr-baseline"] if args.baseline is not None else []
+        names = [*served, *baseline, *(["streamasr-file"] if args.file_settings else []),
+                 "sherpa-onnx"]
         ports = {name: free_port() for name in names}
         serve = [sys.executable, "-m", "streamasr", "serve", "--model", str(model), "--chunk", "16",
                  "--threads", str(args.threads), "--max-batch", str(ENGINE["max_batch"]),
@@ -167,6 +177,8 @@ def main() -> None:
         commands = {
             **{name: [*serve, "--port", str(ports[name]), "--schedule", schedule]
                for name, schedule in served.items()},
+            "streamasr-baseline": [*serve, "--port", str(ports["streamasr-baseline"]),
+                                   "--schedule", schedules[0]] if baseline else [],
             "streamasr-file": [*serve, "--port", str(ports["streamasr-file"]),
                                "--block-ms", "320", "--tail-padding", "0.66"]
             if args.file_settings else [],
@@ -184,7 +196,7 @@ def main() -> None:
         processes: dict[str, subprocess.Popen[bytes]] = {}
         try:
             for name, command in commands.items():
-                cwd = tmp if name == "sherpa-onnx" else REPO
+                cwd = {"sherpa-onnx": tmp, "streamasr-baseline": args.baseline}.get(name, REPO)
                 processes[name] = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL,
                                                    stderr=subprocess.DEVNULL)
             for name, process in processes.items():
