@@ -15,6 +15,7 @@ import asyncio
 import json
 import re
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -342,6 +343,49 @@ def test_capacity_refusal_and_sigterm_sends_the_open_transcript(
     assert transcript(events) == text_of(reference[CLIPS[0]])
     assert events[-1].type == "transcript-stop"
     assert wait_for(lambda: any("stopped" in line for line in server.stderr_lines), 5)
+
+
+def test_a_second_sigterm_ends_the_drain_with_the_open_transcript(
+    reference: dict[str, list[dict[str, Any]]],
+) -> None:
+    """SIGTERM with an utterance open (no audio-stop) and a long grace period: the drain
+    waits; a second SIGTERM, later than a copy of the first would come, ends the Wyoming
+    session as it does a WebSocket one: its transcript is sent, then the server exits 0."""
+    from streamasr.server.app import DUPLICATE_SIGNAL_S
+
+    with serve("--wyoming", "tcp://127.0.0.1:0", "--grace-s", "300", "--idle-timeout-s", "300",
+               "--max-batch", "1") as server:  # fmt: skip
+        port = wyoming_port(server)
+
+        async def run() -> tuple[list[tuple[float, Event]], float]:
+            command = Command(port, *interleaved(CLIPS[0]))
+            await command.start()
+            await command.send()  # and no audio-stop
+            events: list[tuple[float, Event]] = []
+
+            async def read() -> None:
+                while (event := await command.client.read_event()) is not None:
+                    events.append((time.monotonic(), event))
+                    if event.type == "transcript-stop":
+                        return
+
+            reading = asyncio.create_task(read())
+            while not chunks([event for _, event in events]):  # decoding has begun
+                await asyncio.sleep(0.05)
+            server.process.send_signal(signal.SIGTERM)
+            await asyncio.sleep(DUPLICATE_SIGNAL_S + 1.0)
+            second = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(reading, READ_LIMIT_S)
+            await command.client.disconnect()
+            return events, second
+
+        events, second = asyncio.run(run())
+        assert server.process.wait(30) == 0  # not the grace period's end, nor an idle one
+    ended = [at for at, event in events if Transcript.is_type(event.type)]
+    assert ended and ended[0] >= second  # the first signal alone left the session open
+    assert transcript([event for _, event in events]) == text_of(reference[CLIPS[0]])
+    assert events[-1][1].type == "transcript-stop"
 
 
 def test_idle_connection_gets_its_transcript_then_an_error(

@@ -33,7 +33,7 @@ from streamasr.session.stream import StreamOptions
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
     from streamasr.server.rooms import RoomOptions
-    from streamasr.server.wyoming_adapter import WyomingSetup
+    from streamasr.server.wyoming_listener import WyomingSetup
 
 log = logging.getLogger("streamasr")
 
@@ -392,7 +392,7 @@ def wyoming_option(uri: str | None, workers: int) -> WyomingSetup | None:
 
     if importlib.util.find_spec("wyoming") is None:
         raise DependencyError(f"--wyoming needs the wyoming package: {install_hint('serve')}")
-    from streamasr.server.wyoming_adapter import wyoming_setup
+    from streamasr.server.wyoming_listener import wyoming_setup
 
     if workers > 1:
         # each worker has its own engine and scheduler; a Wyoming port would need the
@@ -430,7 +430,7 @@ def listen(
             from streamasr.server.app import run_server
 
             server = load_server(setup, finishing)
-            server.wyoming = wyoming  # serve --wyoming (server/wyoming_adapter.py)
+            server.wyoming = wyoming  # serve --wyoming (server/wyoming_listener.py)
             return run_server(server, host, port, ready)
         return serve_workers(workers, host, port, setup, ready)
     except OSError as exc:

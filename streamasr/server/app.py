@@ -32,7 +32,7 @@ from streamasr.server.scheduler import Scheduler
 from streamasr.session.stream import StreamOptions
 
 if TYPE_CHECKING:
-    from streamasr.server.wyoming_adapter import WyomingSetup
+    from streamasr.server.wyoming_listener import WyomingSetup
 
 log = logging.getLogger("streamasr")
 
@@ -90,7 +90,7 @@ class StreamServer:
         self.stop_signal: int | None = None
         self._stop = asyncio.Event()
         self._stop_at = 0.0
-        self.wyoming: WyomingSetup | None = None  # serve --wyoming (server/wyoming_adapter.py)
+        self.wyoming: WyomingSetup | None = None  # serve --wyoming (server/wyoming_listener.py)
 
     def admits(self, token: str | None) -> bool:
         """/ws takes the server's token, or the rooms' publish token when one is set."""
@@ -195,10 +195,10 @@ class StreamServer:
         serving = asyncio.create_task(web.serve([sock]))
         wyoming = None
         try:
-            # -- Wyoming (server/wyoming_adapter.py): a second listener over this scheduler;
-            # it stops with the web side and is drained before the scheduler ends
+            # -- Wyoming (server/wyoming_listener.py): a second listener; its connections
+            # are sessions like the WebSocket ones (admitted, drained and stopped with them)
             if self.wyoming is not None:
-                from streamasr.server.wyoming_adapter import start_wyoming
+                from streamasr.server.wyoming_listener import start_wyoming
 
                 wyoming = await start_wyoming(self, self.wyoming)
             while not web.started:
