@@ -285,9 +285,11 @@ def test_clear_drops_the_buffer(server: ServerProcess) -> None:
 
 
 def test_tokens_in_header_or_query(tmp_path: Path) -> None:
-    """With --token-file: the SDK's Bearer key, X-API-Key or ?api_key=; others get 401."""
+    """With --token-file: the SDK's Bearer key, X-API-Key, ?api_key= or ?token=; others get
+    401; a page from an origin not in --allow-origin 403; an intent but transcription 400."""
     (tmp_path / "token").write_text(TOKEN + "\n")
-    with serve("--token-file", str(tmp_path / "token")) as running:
+    allowed = "http://captions.example"
+    with serve("--token-file", str(tmp_path / "token"), "--allow-origin", allowed) as running:
 
         async def run() -> None:
             for query, headers in (
@@ -306,6 +308,14 @@ def test_tokens_in_header_or_query(tmp_path: Path) -> None:
                 async with raw(running, additional_headers={"X-API-Key": "wrong"}):
                     pass
             assert refused.value.response.status_code == 401
+            for origin, status in ((allowed, 101), ("http://elsewhere.example", 403)):
+                try:
+                    async with raw(running, f"?token={TOKEN}", origin=origin) as ws:
+                        assert (await next_event(ws))["type"] == "session.created"
+                        seen = 101
+                except InvalidStatus as exc:
+                    seen = exc.response.status_code
+                assert seen == status
             with pytest.raises(InvalidStatus) as other:
                 async with raw(running, f"?intent=conversation&token={TOKEN}"):
                     pass
@@ -315,13 +325,49 @@ def test_tokens_in_header_or_query(tmp_path: Path) -> None:
 
 
 def test_a_realtime_session_publishes_to_a_room(server: ServerProcess, talk: Path) -> None:
-    """`room` in the session: the room's viewers get its finals, the `.completed` texts."""
+    """`room` and `sentence_case` in the session: the `.completed` texts are the finals of
+    `file --sentence-case`, and the room's viewers get the same finals."""
     data, rate = pcm16(talk)
-    events = asyncio.run(transcribe(server, data, rate, session(room="rt-room"), until=3))
+    update = session(room="rt-room", sentence_case=True)
+    events = asyncio.run(transcribe(server, data, rate, update, until=3))
     assert events[1]["session"]["room"] == "rt-room"
     feed = f"ws://127.0.0.1:{server.port}/rooms/rt-room/ws"
     seen = asyncio.run(ws_view(feed, publisher_gone))
-    assert [event["text"] for event in seen.finals] == completed(events) == finals(talk)
+    expected = finals(talk, "--sentence-case")
+    assert [event["text"] for event in seen.finals] == completed(events) == expected
+    assert expected != finals(talk)
+
+
+def test_beta_update_and_bad_settings(server: ServerProcess) -> None:
+    """The beta `transcription_session.update` is answered in its own shape; a setting that
+    cannot be served is one error naming it, and the settings stay as they were."""
+
+    async def run() -> list[dict[str, Any]]:
+        async with raw(server) as ws:
+            events = [await next_event(ws)]
+            beta = {"input_audio_format": "pcm16", "turn_detection": None,
+                    "input_audio_transcription": {"model": "whisper-1", "language": "en"}}
+            for update in (
+                {"type": "transcription_session.update", "session": beta},
+                {"type": "session.update", "session": {"room": "no spaces"}},
+                {"type": "session.update", "session": session(turn_detection={
+                    "type": "server_vad", "silence_duration_ms": -5})},
+                {"type": "session.update", "session": {"type": "transcription"}},
+            ):  # fmt: skip
+                await ws.send(json.dumps(update))
+                events.append(await next_event(ws))
+            return events
+
+    created, beta, room, silence, same = asyncio.run(run())
+    assert beta["type"] == "transcription_session.updated"
+    assert beta["session"]["input_audio_format"] == "pcm16"
+    assert beta["session"]["turn_detection"] is None
+    assert beta["session"]["input_audio_transcription"]["language"] == "en"
+    assert room["error"]["param"] == "session.room"
+    assert silence["error"]["param"].endswith("silence_duration_ms")
+    assert same["type"] == "session.updated"
+    assert same["session"]["audio"]["input"]["turn_detection"] is None
+    assert created["session"]["audio"]["input"]["turn_detection"] == {"type": "server_vad"}
 
 
 def test_capacity_and_stop_flush_the_open_utterance() -> None:
