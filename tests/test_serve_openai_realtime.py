@@ -140,6 +140,29 @@ def check_items(events: list[dict[str, Any]], vad: bool) -> None:
     assert [e["type"] for e in events[:1]] == ["session.created"]
 
 
+def test_deltas_only_append() -> None:
+    """A partial that revises sent text sends nothing until one extends the sent text
+    again; the completed transcript is the final's (finished) text."""
+    from streamasr.server.realtime_events import Turns
+    from streamasr.session.events import Final, Partial
+
+    def partial(text: str) -> Partial:
+        return Partial(seq=1, audio_s=1.0, wall_s=0.0, segment=0, text=text)
+
+    ids = iter(range(100))
+    turns = Turns(lambda kind: f"{kind}_{next(ids)}")
+    turns.begin(0.0, vad=False)
+    texts = ("THE", "THE CAT", "THE CAP", "THE CAP IS", "THE CAT IS HERE")
+    events = turns.translate([partial(text) for text in texts])
+    assert [event["delta"] for event in events] == ["THE", " CAT", " IS HERE"]
+    final = Final(seq=2, audio_s=2.0, wall_s=0.0, segment=0, text="The cat is here.",
+                  start_s=0.1, end_s=1.5)  # fmt: skip
+    done = turns.translate([final])
+    assert [event["type"] for event in done] == ["input_audio_buffer.committed", COMPLETED]
+    assert done[1]["transcript"] == "The cat is here." and done[1]["usage"]["seconds"] == 2.0
+    assert {event["item_id"] for event in events + done} == {"item_0"}
+
+
 def test_sdk_transcribes_turns_like_file(server: ServerProcess, talk: Path) -> None:
     """server_vad (the default): each final of `streamasr file` is one `.completed`."""
     expected = finals(talk)
