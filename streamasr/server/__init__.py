@@ -9,7 +9,8 @@
   are its utterances.
 - `app`: admission, the serve loop with its graceful stop; `web`: the FastAPI application
   on uvicorn (health, readiness, metrics, the page) that includes each protocol's router:
-  `ws_adapter` + `connection` (the WebSocket protocol), `room_feeds` (rooms' viewers).
+  `ws_adapter` + `connection` (the WebSocket protocol), `room_feeds` (rooms' viewers),
+  `openai_realtime` + `realtime_events` (OpenAI's Realtime transcription WebSocket).
 - `metrics`: Prometheus counters, gauges and histograms.
 
 The web stack and `prometheus-client` are the `serve` extra: imported only by the server's

@@ -179,11 +179,15 @@ class ClientSession:
         self.utterance = None
         self._raise_failure()
 
-    def close(self) -> None:
-        """The client is gone: forget the open utterance, leave the room."""
+    def discard(self) -> None:
+        """Drop the open utterance unfinished: its audio and any text not yet final."""
         if self.utterance is not None:
             self.server.scheduler.discard(self.utterance)
             self.utterance = None
+
+    def close(self) -> None:
+        """The client is gone: forget the open utterance, leave the room."""
+        self.discard()
         if self.publishing is not None:
             self.publishing.end()
             self.publishing = None

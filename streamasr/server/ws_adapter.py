@@ -61,13 +61,16 @@ class WebSocketStream:
             await self.websocket.close(code, reason)
 
 
-async def admit(websocket: WebSocket, server: StreamServer) -> bool:
+async def admit(websocket: WebSocket, server: StreamServer, token: str | None = None) -> bool:
     """The handshake's checks, before it completes: a page from another origin gets 403
-    (--allow-origin), a wrong or missing token 401. True: accepted."""
+    (--allow-origin), a wrong or missing token 401. True: accepted. `token`: what the
+    client presented, where its protocol reads it otherwise (default: Bearer, ?token=)."""
     if not server.security.origin_allowed(websocket.headers.get("origin")):
         await websocket.close(1008)  # before the handshake: uvicorn answers 403
         return False
-    if not server.admits(presented_token(websocket.headers, websocket.url.query)):
+    if token is None:
+        token = presented_token(websocket.headers, websocket.url.query)
+    if not server.admits(token):
         server.metrics.refused.labels("auth").inc()
         await websocket.send_denial_response(PlainTextResponse(TOKEN_REFUSED, 401))
         return False
