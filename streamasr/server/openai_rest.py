@@ -717,9 +717,9 @@ async def create_transcription(
 def elsewhere(request: Request, rest: str) -> Response:
     """What is not here under these prefixes, in OpenAI's shape: 405 for a known path."""
     path = request.url.path.rstrip("/")
-    if path == TRANSCRIPTIONS:
-        raise ApiError(405, f"{TRANSCRIPTIONS} takes POST", code="method_not_allowed")
-    if path == MODELS or path.startswith(MODELS + "/"):
-        raise ApiError(405, f"{path} takes GET", code="method_not_allowed")
+    allowed = "POST" if path == TRANSCRIPTIONS else "GET"
+    if path in (TRANSCRIPTIONS, MODELS) or path.startswith(MODELS + "/"):
+        raise ApiError(405, f"{path} takes {allowed}", code="method_not_allowed",
+                       headers={"Allow": allowed})  # fmt: skip
     raise ApiError(404, f"{request.url.path} is not here; the API has {TRANSCRIPTIONS} and "
                         f"{MODELS}", code="not_found")  # fmt: skip
