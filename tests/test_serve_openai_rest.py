@@ -392,3 +392,13 @@ def test_schemathesis_finds_no_500_and_no_schema_violation(
         cwd=tmp_path, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_a_bad_upload_limit_is_a_usage_error() -> None:
+    from typer.testing import CliRunner
+
+    from streamasr.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--model", "tiny-en", "--max-upload-mb", "0"])
+    assert result.exit_code == 2, result.output
+    assert "--max-upload-mb 0" in result.output
