@@ -103,6 +103,13 @@ GraceOpt = Annotated[
         "ended and their finals sent."
     ),
 ]
+MaxUploadOpt = Annotated[
+    float,
+    typer.Option(
+        help="Largest audio file one upload may send (/v1/audio/transcriptions), in MB; "
+        "larger ones are refused (413) before they are read."
+    ),
+]
 TokenFileOpt = Annotated[
     str | None,
     typer.Option(
@@ -331,6 +338,7 @@ def server_limits(
     max_connections: int, max_session_s: float, idle_timeout_s: float,
     handshake_timeout_s: float, max_frame_bytes: int, max_queued_audio_s: float,
     send_queue: int, max_batch: int, max_wait_ms: float, grace_s: float, schedule: str,
+    max_upload_mb: float = _LIMITS.max_upload_mb,
 ) -> ServerLimits:  # fmt: skip
     """The limits given, range-checked."""
     from streamasr.server.limits import check_limits
@@ -341,7 +349,7 @@ def server_limits(
             idle_timeout_s=idle_timeout_s, handshake_timeout_s=handshake_timeout_s,
             max_frame_bytes=max_frame_bytes, max_queued_audio_s=max_queued_audio_s,
             send_queue_events=send_queue, max_batch=max_batch, max_wait_ms=max_wait_ms,
-            grace_s=grace_s, schedule=schedule.lower(),
+            grace_s=grace_s, schedule=schedule.lower(), max_upload_mb=max_upload_mb,
         )
     )  # fmt: skip
 
@@ -472,6 +480,7 @@ def serve_command(
     max_wait_ms: MaxWaitOpt = _LIMITS.max_wait_ms,
     schedule: ScheduleOpt = _LIMITS.schedule,
     grace_s: GraceOpt = _LIMITS.grace_s,
+    max_upload_mb: MaxUploadOpt = _LIMITS.max_upload_mb,
     token_file: TokenFileOpt = None,
     allow_origin: AllowOriginOpt = None,
     certfile: CertfileOpt = None,
@@ -501,7 +510,7 @@ def serve_command(
         limits = server_limits(
             max_connections, max_session_s, idle_timeout_s, handshake_timeout_s,
             max_frame_bytes, max_queued_audio_s, send_queue, max_batch, max_wait_ms, grace_s,
-            schedule,
+            schedule, max_upload_mb,
         )  # fmt: skip
         security = server_security(token_file, allow_origin, certfile, keyfile)
         check_port_and_workers(port, workers)

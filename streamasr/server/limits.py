@@ -36,6 +36,11 @@ class ServerLimits:
     max_wait_ms: float = 5.0  # how long a step waits for more streams to fill its batch
     schedule: str = "ready"  # when a due stream steps: at once (ready) or at the shared tick
     grace_s: float = 30.0  # after SIGTERM, how long open sessions may go on
+    max_upload_mb: float = 100.0  # one file upload (the OpenAI REST API), in MB of 10^6 bytes
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 1_000_000)
 
 
 class ConnectionSlots:
@@ -140,6 +145,7 @@ def check_limits(limits: ServerLimits) -> ServerLimits:
         "--max-queued-audio-s": (limits.max_queued_audio_s, 0.1, 3600.0),
         "--max-wait-ms": (limits.max_wait_ms, 0.0, 1000.0),
         "--grace-s": (limits.grace_s, 0.0, 3600.0),
+        "--max-upload-mb": (limits.max_upload_mb, 0.01, 100_000.0),
     }
     for option, (number, lo, hi) in seconds.items():
         if not (math.isfinite(number) and lo <= number <= hi):

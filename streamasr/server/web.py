@@ -21,7 +21,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from streamasr.server import openai_realtime, room_feeds, ws_adapter
+from streamasr.server import openai_realtime, openai_rest, room_feeds, ws_adapter
 from streamasr.server.limits import Security, ServerLimits
 from streamasr.version import __version__
 
@@ -118,6 +118,7 @@ def build_app(server: StreamServer) -> FastAPI:
     app.include_router(ops)
     app.include_router(ws_adapter.router)
     app.include_router(room_feeds.router)
+    app.include_router(openai_rest.router)
     app.include_router(openai_realtime.router)
     app.add_exception_handler(StarletteHTTPException, _not_found)
     return app
