@@ -8,7 +8,7 @@ import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
@@ -23,6 +23,33 @@ from streamasr.commands.common import (
     setup_logging,
 )
 from streamasr.commands.options import ModelOptions, with_model_options
+from streamasr.commands.serve_options import (
+    LIMITS,
+    AllowOriginOpt,
+    CertfileOpt,
+    GraceOpt,
+    HandshakeTimeoutOpt,
+    HostOpt,
+    IdleTimeoutOpt,
+    KeyfileOpt,
+    MaxBatchOpt,
+    MaxConnectionsOpt,
+    MaxFrameOpt,
+    MaxQueuedOpt,
+    MaxSessionOpt,
+    MaxUploadOpt,
+    MaxViewersOpt,
+    MaxWaitOpt,
+    PortOpt,
+    PublishTokenOpt,
+    RoomHistoryOpt,
+    ScheduleOpt,
+    SendQueueOpt,
+    TokenFileOpt,
+    ViewTokenOpt,
+    WorkersOpt,
+    WyomingOpt,
+)
 from streamasr.errors import DependencyError, StreamAsrError, UsageError
 from streamasr.extras import install_hint
 from streamasr.output.finishing import NONE, Finishing, load_finishing
@@ -55,119 +82,6 @@ def check_server_packages() -> None:
         raise DependencyError(f"streamasr serve needs {needs}: {install_hint('serve')}")
 
 
-_LIMITS = ServerLimits()
-
-HostOpt = Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")]
-PortOpt = Annotated[int, typer.Option(help="TCP port; 0 picks a free one (printed on stderr).")]
-MaxConnectionsOpt = Annotated[
-    int, typer.Option(help="Open WebSocket sessions at most; more are refused (1013).")
-]
-MaxSessionOpt = Annotated[float, typer.Option(help="Wall-clock seconds one connection may last.")]
-IdleTimeoutOpt = Annotated[
-    float, typer.Option(help="A connection that sends nothing this long is closed.")
-]
-HandshakeTimeoutOpt = Annotated[
-    float, typer.Option(help="Seconds to open the WebSocket and send the first config.")
-]
-MaxFrameOpt = Annotated[
-    int, typer.Option(help="Largest WebSocket message; larger ones close with 1009.")
-]
-MaxQueuedOpt = Annotated[
-    float,
-    typer.Option(
-        help="Audio received but not yet decoded, per connection; past it the "
-        "server stops reading that client until the engine catches up."
-    ),
-]
-SendQueueOpt = Annotated[
-    int, typer.Option(help="Events a client may leave unread before it is closed (1008).")
-]
-MaxBatchOpt = Annotated[int, typer.Option(help="Streams in one batched engine step.")]
-MaxWaitOpt = Annotated[
-    float,
-    typer.Option(help="--schedule ready: how long an engine step waits for more streams to batch."),
-]
-ScheduleOpt = Annotated[
-    str,
-    typer.Option(
-        help="When a stream with a chunk ready steps: aligned (at the next tick of one clock "
-        "of chunk period, with every other stream due: larger batches, a wait below one "
-        "chunk) or ready (at once, batched with whoever is ready then).",
-        case_sensitive=False,
-    ),
-]
-GraceOpt = Annotated[
-    float,
-    typer.Option(
-        help="After SIGTERM, how long open sessions may go on before their input is "
-        "ended and their finals sent."
-    ),
-]
-MaxUploadOpt = Annotated[
-    float,
-    typer.Option(
-        help="Largest audio file one upload may send (/v1/audio/transcriptions), in MB; "
-        "larger ones are refused (413) before they are read."
-    ),
-]
-TokenFileOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="File whose first line is the bearer token clients must send (else "
-        "$STREAMASR_TOKEN; neither: no token)."
-    ),
-]
-AllowOriginOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        help="Browser origin allowed to connect (repeat for more), e.g. "
-        "https://captions.example; clients that send no Origin are always allowed."
-    ),
-]
-CertfileOpt = Annotated[
-    str | None, typer.Option(help="TLS certificate (PEM): serve wss:// and https://.")
-]
-KeyfileOpt = Annotated[
-    str | None, typer.Option(help="TLS private key (PEM), if not in --certfile.")
-]
-MaxViewersOpt = Annotated[
-    int, typer.Option(help="Viewers of one room at most (/rooms/NAME); more are refused.")
-]
-RoomHistoryOpt = Annotated[
-    int,
-    typer.Option(
-        help="Finals a room keeps (at most 30 minutes' worth) for viewers who join "
-        "late or reconnect."
-    ),
-]
-PublishTokenOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="File whose first line is the token a session must send to publish to a "
-        "room (it is also let in on /ws); none: any session may publish."
-    ),
-]
-ViewTokenOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="File whose first line is the token viewers must send (?token=); none: "
-        "viewing is open."
-    ),
-]
-WorkersOpt = Annotated[
-    int,
-    typer.Option(
-        help="Server processes, each with its own model, sharing the port (one per "
-        "core); --max-connections is shared out among them."
-    ),
-]
-WyomingOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Also serve Wyoming (Home Assistant's voice protocol) at tcp://HOST:PORT, e.g. "
-        "tcp://0.0.0.0:10300; no authentication: for a trusted LAN only."
-    ),
-]
 Ready = Callable[[list[tuple[str, int]]], None]
 
 
@@ -338,7 +252,7 @@ def server_limits(
     max_connections: int, max_session_s: float, idle_timeout_s: float,
     handshake_timeout_s: float, max_frame_bytes: int, max_queued_audio_s: float,
     send_queue: int, max_batch: int, max_wait_ms: float, grace_s: float, schedule: str,
-    max_upload_mb: float = _LIMITS.max_upload_mb,
+    max_upload_mb: float = LIMITS.max_upload_mb,
 ) -> ServerLimits:  # fmt: skip
     """The limits given, range-checked."""
     from streamasr.server.limits import check_limits
@@ -469,18 +383,18 @@ def serve_command(
     model_options: ModelOptions,
     host: HostOpt = "127.0.0.1",
     port: PortOpt = 6006,
-    max_connections: MaxConnectionsOpt = _LIMITS.max_connections,
-    max_session_s: MaxSessionOpt = _LIMITS.max_session_s,
-    idle_timeout_s: IdleTimeoutOpt = _LIMITS.idle_timeout_s,
-    handshake_timeout_s: HandshakeTimeoutOpt = _LIMITS.handshake_timeout_s,
-    max_frame_bytes: MaxFrameOpt = _LIMITS.max_frame_bytes,
-    max_queued_audio_s: MaxQueuedOpt = _LIMITS.max_queued_audio_s,
-    send_queue: SendQueueOpt = _LIMITS.send_queue_events,
-    max_batch: MaxBatchOpt = _LIMITS.max_batch,
-    max_wait_ms: MaxWaitOpt = _LIMITS.max_wait_ms,
-    schedule: ScheduleOpt = _LIMITS.schedule,
-    grace_s: GraceOpt = _LIMITS.grace_s,
-    max_upload_mb: MaxUploadOpt = _LIMITS.max_upload_mb,
+    max_connections: MaxConnectionsOpt = LIMITS.max_connections,
+    max_session_s: MaxSessionOpt = LIMITS.max_session_s,
+    idle_timeout_s: IdleTimeoutOpt = LIMITS.idle_timeout_s,
+    handshake_timeout_s: HandshakeTimeoutOpt = LIMITS.handshake_timeout_s,
+    max_frame_bytes: MaxFrameOpt = LIMITS.max_frame_bytes,
+    max_queued_audio_s: MaxQueuedOpt = LIMITS.max_queued_audio_s,
+    send_queue: SendQueueOpt = LIMITS.send_queue_events,
+    max_batch: MaxBatchOpt = LIMITS.max_batch,
+    max_wait_ms: MaxWaitOpt = LIMITS.max_wait_ms,
+    schedule: ScheduleOpt = LIMITS.schedule,
+    grace_s: GraceOpt = LIMITS.grace_s,
+    max_upload_mb: MaxUploadOpt = LIMITS.max_upload_mb,
     token_file: TokenFileOpt = None,
     allow_origin: AllowOriginOpt = None,
     certfile: CertfileOpt = None,
