@@ -52,7 +52,7 @@ COMMANDS = (
     LazyCommand(
         "serve",
         "streamasr.commands.serve",
-        "Serve the model over WebSocket: many clients, one engine, batched steps.",
+        "Serve the model to many clients: WebSocket, OpenAI REST/Realtime, Wyoming; one engine.",
     ),
     LazyCommand(
         "models",

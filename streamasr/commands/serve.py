@@ -1,4 +1,4 @@
-"""`streamasr serve`: one model behind a WebSocket port, for many clients at once."""
+"""`streamasr serve`: one model behind one port (and Wyoming's), for many clients at once."""
 
 from __future__ import annotations
 
@@ -409,7 +409,11 @@ def serve_command(
     punctuate: PunctuateOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Serve the model over WebSocket: many clients, one engine, batched steps.
+    """Serve the model to many clients: WebSocket, OpenAI REST/Realtime, Wyoming; one engine.
+
+    One engine and one batching scheduler behind every protocol: the WebSocket protocol
+    (/ws), OpenAI's transcription API (/v1/audio/transcriptions, /v1/realtime), rooms, and
+    with --wyoming Home Assistant. The HTTP routes' schema is at /openapi.json.
 
     Sessions default to live captions: each audio message fed as it comes (cut at
     100 ms) and 0.3 s of tail padding. --block-ms (fixed blocks) and --tail-padding
