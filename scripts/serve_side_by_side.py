@@ -20,7 +20,12 @@ one process, N engine threads: each server's own way to use the cores):
   default one, ready; "streamasr-aligned" the one with `--schedule aligned`; records made
   before ready became this script's default name the aligned server "streamasr" and the
   ready one "streamasr-ready": each record's "commands" says which is which),
-- sherpa-onnx's `streaming_server.py`,
+- sherpa-onnx's `streaming_server.py` at its best setting: `--sherpa-pool N` gives its
+  `--nn-pool-size` (N tasks decoding in a thread pool, so its engine uses N cores); without
+  it a short pre-pass (10 s per count, one pass over the ladder, beside the first streamasr
+  server) runs it at every pool size from 1 to the core count and keeps the one that held
+  the most clients (on a tie, the least CPU per audio second); the record says which
+  ("sherpa_pool") and what the pre-pass found,
 - with `--file-settings`, also `streamasr serve --block-ms 320 --tail-padding 0.66`
   ("streamasr-file": `streamasr file`'s defaults, one chunk and 0.66 s),
 - with `--baseline PATH`, the `streamasr serve` of another checkout (a git worktree of an
@@ -56,6 +61,7 @@ REPO = Path(__file__).resolve().parent.parent
 START_LIMIT_S = 300.0
 ENGINE = {"threads": 1, "max_batch": 32, "max_wait_ms": 5}
 MAX_CONNECTIONS = str(SERVER_CONNECTIONS)  # what serve_load gives its own server
+PREPASS_S = "10"  # each run of the pool-size pre-pass
 
 
 def free_port() -> int:
@@ -123,6 +129,56 @@ def wait_port(port: int, process: subprocess.Popen[bytes], name: str) -> None:
     raise SystemExit(f"{name} did not listen within {START_LIMIT_S:g} s")
 
 
+def run_servers(commands: dict[str, list[str]], cwds: dict[str, Path], ports: dict[str, int],
+                load_args: list[str]) -> dict:
+    """Start the servers, run serve_load against them (`load_args`: ladder, duration,
+    repeats, ...), stop them; serve_load's result."""
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name, command in commands.items():
+            processes[name] = subprocess.Popen(command, cwd=cwds.get(name, REPO),
+                                               stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL)
+        for name, process in processes.items():
+            wait_port(ports[name], process, name)
+        targets = []
+        for name, process in processes.items():
+            sherpa = name.startswith("sherpa-onnx")
+            protocol, path = ("sherpa", "") if sherpa else ("streamasr", "/ws")
+            targets += ["--target",
+                        f"{protocol},{name},{process.pid},ws://127.0.0.1:{ports[name]}{path}"]
+        load = [sys.executable, str(REPO / "scripts" / "serve_load.py"), *load_args, *targets]
+        done = subprocess.run(load, cwd=REPO, check=True, capture_output=True, text=True)
+        return dict(json.loads(done.stdout))
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes.values():
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def with_port(command: list[str], port: int, extra: list[str]) -> list[str]:
+    """`command` listening on `port` instead, with `extra` arguments."""
+    at = command.index("--port")
+    return [*command[:at + 1], str(port), *command[at + 2:], *extra]
+
+
+def best_pool(capacity: dict[str, int], runs: list[dict], pools: list[int]) -> int:
+    """The pool size whose server held the most clients; on a tie, the one that spent the
+    least CPU per audio second at the largest count both held."""
+    def cost(pool: int) -> float:
+        name = f"sherpa-onnx-pool{pool}"
+        held = [run for run in runs if run["server"] == name
+                and run["clients"] == capacity.get(name, 0)]
+        return min((run["server_cpu_per_audio_s"] or 1e9 for run in held), default=1e9)
+
+    return max(pools, key=lambda pool: (capacity.get(f"sherpa-onnx-pool{pool}", 0), -cost(pool)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sherpa-onnx", type=Path,
@@ -144,6 +200,9 @@ def main() -> None:
                         help="streamasr serve --workers (server processes, one per core)")
     parser.add_argument("--schedules", default="ready",
                         help="streamasr servers to run, one per --schedule (ready,aligned)")
+    parser.add_argument("--sherpa-pool", type=int, default=None,
+                        help="sherpa-onnx's server's --nn-pool-size (decoding threads); default: "
+                             "each from 1 to the core count in a short pre-pass, the best kept")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="another streamasr checkout (e.g. a git worktree of an earlier "
                              "commit): its serve runs too, as streamasr-baseline, same settings")
@@ -193,35 +252,31 @@ def main() -> None:
             ],
         }
         commands = {name: command for name, command in commands.items() if command}
-        processes: dict[str, subprocess.Popen[bytes]] = {}
-        try:
-            for name, command in commands.items():
-                cwd = {"sherpa-onnx": tmp, "streamasr-baseline": args.baseline}.get(name, REPO)
-                processes[name] = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL,
-                                                   stderr=subprocess.DEVNULL)
-            for name, process in processes.items():
-                wait_port(ports[name], process, name)
-            targets = []
-            for name, process in processes.items():
-                protocol = "sherpa" if name == "sherpa-onnx" else "streamasr"
-                path = "" if name == "sherpa-onnx" else "/ws"
-                targets += ["--target",
-                            f"{protocol},{name},{process.pid},ws://127.0.0.1:{ports[name]}{path}"]
-            load = [sys.executable, str(REPO / "scripts" / "serve_load.py"),
-                    "--ladder", args.ladder, "--duration-s", args.duration_s,
-                    "--repeats", args.repeats, *(["--overload"] if args.overload else []),
-                    *targets]
-            done = subprocess.run(load, cwd=REPO, check=True, capture_output=True, text=True)
-            result = json.loads(done.stdout)
-        finally:
-            for process in processes.values():
-                if process.poll() is None:
-                    process.send_signal(signal.SIGTERM)
-            for process in processes.values():
-                try:
-                    process.wait(60)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+        cwds = {"sherpa-onnx": Path(tmp), "streamasr-baseline": args.baseline or REPO}
+        pool, prepass = args.sherpa_pool, None
+        if pool is None:  # each pool size in a short pass beside the first streamasr server
+            pools = list(range(1, (os.cpu_count() or 1) + 1))
+            first = next(iter(served))
+            trial = {first: commands[first]}
+            trial_ports = {first: ports[first]}
+            for size in pools:
+                name = f"sherpa-onnx-pool{size}"
+                trial_ports[name] = free_port()
+                trial[name] = with_port(commands["sherpa-onnx"], trial_ports[name],
+                                        ["--nn-pool-size", str(size)])
+                cwds[name] = Path(tmp)
+            prepass = run_servers(trial, cwds, trial_ports,
+                                  ["--ladder", args.ladder, "--duration-s", PREPASS_S,
+                                   "--repeats", "1"])
+            pool = best_pool(prepass["capacity"], prepass["runs"], pools)
+        commands["sherpa-onnx"] = [*commands["sherpa-onnx"], "--nn-pool-size", str(pool)]
+        overload = ["--overload"] if args.overload else []
+        result = run_servers(commands, cwds, ports,
+                             ["--ladder", args.ladder, "--duration-s", args.duration_s,
+                              "--repeats", args.repeats, *overload])
+    result["sherpa_pool"] = {"chosen": pool, "given": args.sherpa_pool is not None,
+                             "prepass_capacity": prepass["capacity"] if prepass else None,
+                             "prepass_runs": prepass["runs"] if prepass else None}
     result["sherpa_onnx_commit"] = commit
     result["model"] = {part: path.name for part, path in files.items()}
     result["commands"] = {name: " ".join(re.sub(r"^.*/", "", part) if part.startswith("/")
