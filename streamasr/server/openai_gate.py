@@ -5,19 +5,27 @@ Why a gate before the body: FastAPI reads a form before a route's dependencies r
 the token, the content type and the declared size are checked first (`GatedRoute`), and
 the body is counted as it arrives: a 2 GB upload is refused after the limit's bytes, not
 written to disk whole. Every error of a gated route is OpenAI's error object.
+
+Why a refused upload is read on after its answer (nginx's lingering close): closed with
+the client's unread bytes in its receive buffer, the kernel answers them with a reset, and a
+client still sending may lose the 413 or its end. The answer is sent whole first, then the
+rest of the body is read and dropped for a bounded time, and only then is the connection
+closed (by uvicorn, as the response ends: no code here touches the transport).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import Message
+from starlette.types import Message, Receive, Scope, Send
 
 from streamasr.server.openai_schemas import ApiError, validation_error
 
@@ -29,11 +37,39 @@ MODELS = "/v1/models"
 #: An upload refused before its end: the connection closes, so the client stops sending
 #: (kept open, uvicorn would read and discard the rest to reuse it).
 CLOSE = {"Connection": "close"}
+#: How long, and how much of it, a refused upload is read on after its answer before the
+#: connection is closed (sooner when the client closes or its body ends).
+LINGER_S = 2.0
+LINGER_BYTES = 64 << 20
 
 
 class _UploadTooLarge(StarletteHTTPException):
-    """Raised by the counting receive; FastAPI lets an HTTPException through its form
-    parsing (any other error there becomes a plain 400)."""
+    """Raised by the size check and the counting receive; FastAPI lets an HTTPException
+    through its form parsing (any other error there becomes a plain 400)."""
+
+
+class _LingeringClose(JSONResponse):
+    """A refused upload's answer: sent whole at once (its Content-Length tells the client
+    it is complete), then the rest of the body read and dropped within LINGER_S and
+    LINGER_BYTES; the response ends only then, and uvicorn closes the connection."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})  # fmt: skip
+        await send({"type": "http.response.body", "body": self.body, "more_body": True})
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(_drop_body(receive), LINGER_S)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _drop_body(receive: Receive) -> None:
+    """Read the request body to its end, the client's close or LINGER_BYTES."""
+    dropped = 0
+    while dropped < LINGER_BYTES:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+        dropped += len(message.get("body", b""))
 
 
 def presented_key(request: Request) -> str | None:
@@ -78,7 +114,7 @@ def _counted(request: Request) -> Request:
     )
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, too_large, "file", "file_too_large", CLOSE)
+        raise _UploadTooLarge(413, too_large)
     received = 0
     receive = request.receive
 
@@ -110,7 +146,8 @@ class GatedRoute(APIRoute):
             except RequestValidationError as exc:
                 return validation_error(exc).response()
             except _UploadTooLarge as exc:
-                return ApiError(413, str(exc.detail), "file", "file_too_large", CLOSE).response()
+                error = ApiError(413, str(exc.detail), "file", "file_too_large", CLOSE)
+                return _LingeringClose(error.body(), error.status, headers=error.headers)
             except StarletteHTTPException as exc:
                 return ApiError(exc.status_code, str(exc.detail)).response()
 
