@@ -10,11 +10,14 @@ OpenAI's shape, and a live WebSocket session beside them is undisturbed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -225,46 +228,66 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
     return error
 
 
-def huge_upload(server: ServerProcess, chunked: bool) -> tuple[int, dict[str, Any], int]:
-    """A 2 GB upload from a generator, on a raw socket that reads the answer while it
-    sends (an HTTP library sends the whole body first): (status, error, bytes sent)."""
-    total = 2_000_000_000
-    head = (b'--xx\r\nContent-Disposition: form-data; name="file"; filename="big.wav"\r\n'
-            b"Content-Type: audio/wav\r\n\r\n")  # fmt: skip
+#: The multipart head of a raw upload's one part (the audio follows it).
+PART_HEAD = (b'--xx\r\nContent-Disposition: form-data; name="file"; filename="big.wav"\r\n'
+             b"Content-Type: audio/wav\r\n\r\n")  # fmt: skip
+
+
+def upload_request(chunked: bool, total: int) -> bytes:
+    """A raw upload's request line and headers, its body `total` bytes or chunked."""
     length = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: %d" % total
-    request = (
+    return (
         b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
         b"Content-Type: multipart/form-data; boundary=xx\r\n" + length + b"\r\n\r\n"
     )
+
+
+def read_answer(sock: socket.socket) -> tuple[int, dict[str, Any]]:
+    """The answer, read as it arrives up to its Content-Length, as a client does that
+    stops sending once it has it: (status, error)."""
+    answer = b""
+    while True:
+        head, found, payload = answer.partition(b"\r\n\r\n")
+        length = re.search(rb"(?im)^content-length: *(\d+)", head)
+        if found and length and len(payload) >= int(length.group(1)):
+            return int(head.split()[1]), json.loads(payload)["error"]
+        chunk = sock.recv(1 << 16)
+        assert chunk, f"closed before the whole answer: {answer!r}"
+        answer += chunk
+
+
+def huge_upload(server: ServerProcess, chunked: bool) -> tuple[int, dict[str, Any], int]:
+    """A 2 GB upload from a generator, on a raw socket that reads the answer while it
+    sends (an HTTP library sends the whole body first) and stops sending once it has the
+    answer: (status, error, bytes sent)."""
+    total = 2_000_000_000
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
     sent = [0]
 
     def body() -> Iterator[bytes]:
-        yield head
+        yield PART_HEAD
         zeros = bytes(1 << 16)
         while sent[0] < total:
             yield zeros
 
     def send() -> None:
         try:
-            sock.sendall(request)
+            sock.sendall(upload_request(chunked, total))
             for part in body():
                 sock.sendall(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
                 sent[0] += len(part)
         except OSError:
-            pass  # the server closed the connection after its answer
+            pass  # the answer is in: this side was shut down (or the server closed)
 
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
-    answer = b""
     with sock:
-        while chunk := sock.recv(1 << 16):
-            answer += chunk
+        status, error = read_answer(sock)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
         sender.join(30)
-    head_part, _, payload = answer.partition(b"\r\n\r\n")
-    status = int(head_part.split()[1])
-    return status, json.loads(payload)["error"], sent[0]
+    return status, error, sent[0]
 
 
 @pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "content-length"])
@@ -273,6 +296,21 @@ def test_a_2_gb_upload_is_refused_early(server: ServerProcess, chunked: bool) ->
     assert status == 413
     assert error["code"] == "file_too_large" and "--max-upload-mb" in error["message"]
     assert sent < 200 * 1_000_000  # refused near the limit, not after 2 GB
+
+
+def test_a_refused_upload_is_read_on_after_its_answer(server: ServerProcess) -> None:
+    """After the 413 the server reads the rest of the upload for a while before it closes
+    (a lingering close): closed with bytes unread, its kernel would reset the connection,
+    and a client still sending could lose the answer. Bytes sent after the answer are not
+    reset; the connection closes cleanly when the client stops."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(upload_request(False, 2_000_000_000) + PART_HEAD + bytes(1 << 16))
+        status, error = read_answer(sock)
+        time.sleep(0.3)  # closed at its answer, the server would reset what comes now
+        sock.sendall(bytes(1 << 20))
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(1 << 16) == b""  # a clean close, not a reset
+    assert status == 413 and error["code"] == "file_too_large"
 
 
 def test_a_multipart_with_no_file(server: ServerProcess) -> None:

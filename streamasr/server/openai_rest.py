@@ -4,19 +4,14 @@
     GET  /v1/models                 the model this server has
     GET  /v1/models/{id}
 
-An upload is one `ClientSession` (server/client_session.py): it holds a connection slot
-(429 when the server is full, 503 while it stops), and its audio, decoded from the file by
-`FileSource` as `streamasr file` decodes it, is fed as fast as the engine takes it,
-batched with the live sessions by the same scheduler. It is cut in the server's feed
-blocks with the server's tail padding, endpoint rules and finishing, so its text is what
+An upload is one `ClientSession` (server/client_session.py; openai_upload.py feeds it), batched
+with the live sessions by the same scheduler. It is cut in the server's feed blocks with the
+server's tail padding, endpoint rules and finishing, so its text is what
 `streamasr file --block-ms 100 --tail-padding 0.3` prints (the server's live defaults).
 The responses are built by the `file` command's renderers (text, SRT, WebVTT), and its
-words (verbose_json) by the same word rule.
-
-Why a gate before the body: FastAPI reads a form before a route's dependencies run, so
-the token, the content type and the declared size are checked first (`_GatedRoute`), and
-the body is counted as it arrives: a 2 GB upload is refused after the limit's bytes, not
-written to disk whole. Errors under /v1 are OpenAI's error object.
+words (verbose_json) by the same word rule. The token, the content type and the upload's
+size are checked before the body is read (openai_gate.py); the documents and the error
+object are openai_schemas.py's.
 """
 
 from __future__ import annotations
@@ -25,43 +20,37 @@ import asyncio
 import contextlib
 import io
 import json
-import logging
-import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import numpy as np
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import Message
 
-from streamasr.errors import InputError
-from streamasr.server.client_session import ClientSession, EngineFailed, Refused
-from streamasr.server.protocol import CHUNK, SessionConfig
+from streamasr.server.openai_gate import MODELS, TRANSCRIPTIONS, GatedRoute, server_of
+from streamasr.server.openai_schemas import (
+    ApiError,
+    ModelCard,
+    ModelList,
+    StreamingSettings,
+    Transcription,
+    TranscriptionSegment,
+    TranscriptionVerbose,
+    TranscriptionWord,
+    Usage,
+    error_docs,
+)
+from streamasr.server.openai_upload import Upload, failure, start
 from streamasr.server.room_feeds import TRANSCRIPTS
-from streamasr.server.utterance import Delivered
-from streamasr.session.events import Final, StreamSummary
+from streamasr.session.events import Final
 from streamasr.text.captions import even_words
 from streamasr.text.tokens import split_words
 
 if TYPE_CHECKING:
-    from streamasr.audio.files import FileSource
     from streamasr.server.app import StreamServer
 
-log = logging.getLogger("streamasr")
-
-TRANSCRIPTIONS = "/v1/audio/transcriptions"
-MODELS = "/v1/models"
 #: OpenAI's model names, taken as the server's one model: apps that cannot change the name
 #: they send still work (the `X-Streamasr-Model` header says which model answered).
 ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
@@ -69,270 +58,12 @@ ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
 Granularity = Literal["word", "segment"]
 #: The text formats' content types (as the rooms' transcripts are served).
 TEXT_TYPES = {"text": TRANSCRIPTS["txt"], "srt": TRANSCRIPTS["srt"], "vtt": TRANSCRIPTS["vtt"]}
-#: Audio read from the file per step (fed with back-pressure: ClientSession.feed).
-READ_BLOCK_S = 2.0
-#: An upload refused before its end: the connection closes, so the client stops sending
-#: (kept open, uvicorn would read and discard the rest to reuse it).
-CLOSE = {"Connection": "close"}
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-
-
-# -- the documents (OpenAI's shapes; the schema at /openapi.json) -----------------------------
-
-
-class ErrorDetail(BaseModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorBody(BaseModel):
-    """OpenAI's error object."""
-
-    error: ErrorDetail
-
-
-class Usage(BaseModel):
-    type: Literal["duration"] = "duration"
-    seconds: float = Field(description="The audio's duration")
-
-
-class Transcription(BaseModel):
-    text: str = Field(description="The finals, joined by spaces")
-    usage: Usage
-
-
-class TranscriptionSegment(BaseModel):
-    """One final (an utterance the endpoint rules ended). Whisper's decoding statistics do
-    not exist for this engine: they hold neutral values (0), `tokens` is empty."""
-
-    id: int
-    seek: int = 0
-    start: float
-    end: float
-    text: str
-    tokens: list[int] = []
-    temperature: float = 0.0
-    avg_logprob: float = 0.0
-    compression_ratio: float = 0.0
-    no_speech_prob: float = 0.0
-
-
-class TranscriptionWord(BaseModel):
-    word: str
-    start: float
-    end: float
-
-
-class TranscriptionVerbose(BaseModel):
-    task: Literal["transcribe"] = "transcribe"
-    language: str
-    duration: float
-    text: str
-    segments: list[TranscriptionSegment] | None = None
-    words: list[TranscriptionWord] | None = None
-    usage: Usage
-
-
-class StreamingSettings(BaseModel):
-    """How an upload (and a live session that asks nothing) is fed and cut."""
-
-    block_ms: float | None = Field(description="Feed block; null: one engine chunk")
-    tail_padding_s: float
-    endpoint: bool
-    rule1_s: float
-    rule2_s: float
-    rule3_s: float
-    punctuate: bool
-    sentence_case: bool
-
-
-class ModelCard(BaseModel):
-    id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str = "streamasr"
-    engine: str
-    device: str
-    language: str = Field(description="The model's language code; empty: not declared")
-    sample_rate_hz: int
-    chunk_ms: float
-    lookahead_ms: float
-    settings: dict[str, Any]
-    streaming: StreamingSettings
-    aliases: list[str]
-
-
-class ModelList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[ModelCard]
-
-
-# -- errors --------------------------------------------------------------------------------
-
-
-class ApiError(Exception):
-    """An OpenAI error response: status, message (saying what to do), type, param, code."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.code = code
-        self.headers = headers
-
-    @property
-    def type(self) -> str:
-        if self.status == 401:
-            return "authentication_error"
-        if self.status == 429:
-            return "rate_limit_error"
-        return "server_error" if self.status >= 500 else "invalid_request_error"
-
-    def body(self) -> dict[str, Any]:
-        detail = ErrorDetail(message=self.message, type=self.type, param=self.param,
-                             code=self.code)  # fmt: skip
-        return {"error": detail.model_dump()}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), self.status, headers=self.headers)
-
-
-class _UploadTooLarge(StarletteHTTPException):
-    """Raised by the counting receive; FastAPI lets an HTTPException through its form
-    parsing (any other error there becomes a plain 400)."""
-
-
-def _error_docs(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    reasons = {
-        400: "Bad or unreadable audio, no `file`, a field out of range",
-        401: "Missing or wrong token (`Authorization: Bearer TOKEN` or `X-API-Key: TOKEN`)",
-        404: "No such model",
-        413: "The upload is larger than `serve --max-upload-mb`",
-        415: "Not `multipart/form-data`",
-        429: "The server is at --max-connections; try again later",
-        500: "The engine failed",
-        503: "The server is shutting down",
-    }
-    docs: dict[int | str, dict[str, Any]] = {
-        status: {"model": ErrorBody, "description": reasons[status]} for status in statuses
-    }
-    docs["4XX"] = {"model": ErrorBody, "description": "Any other client error (OpenAI's shape)"}
-    return docs
-
-
-def _validation_error(exc: RequestValidationError) -> ApiError:
-    """FastAPI's 422 as OpenAI's 400, naming the field and what it takes."""
-    first = exc.errors()[0] if exc.errors() else {}
-    loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path")]
-    param = loc[0] if loc else None
-    if param == "file":
-        message = "no file: send the audio as the multipart field `file` (curl -F file=@a.wav)"
-    elif param == "response_format":
-        message = "response_format must be one of json, text, srt, vtt, verbose_json"
-    elif param == "timestamp_granularities[]":
-        message = "timestamp_granularities[] takes word and/or segment"
-    else:
-        message = f"{param or 'request'}: {first.get('msg', 'invalid')}"
-    return ApiError(400, message, param=param, code="invalid_value")
-
-
-# -- the gate: token, content type and size before the body -------------------------------
-
-
-def presented_key(request: Request) -> str | None:
-    """`Authorization: Bearer KEY` (the OpenAI SDK) or `X-API-Key: KEY`."""
-    auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip()
-    return request.headers.get("x-api-key")
-
-
-def _server(request: Request) -> StreamServer:
-    server: StreamServer = request.app.state.server
-    return server
-
-
-def _check_token(request: Request) -> None:
-    server = _server(request)
-    if not server.security.allows(presented_key(request)):
-        server.metrics.refused.labels("auth").inc()
-        raise ApiError(
-            401,
-            "missing or wrong API key: send the server's token (serve --token-file) as "
-            "'Authorization: Bearer TOKEN' or 'X-API-Key: TOKEN'",
-            code="invalid_api_key",
-        )
-
-
-def _counted(request: Request) -> Request:
-    """The upload's request, refused by type and declared size before its body is read,
-    its body counted as it arrives (a chunked body has no Content-Length)."""
-    limit = _server(request).limits.max_upload_bytes
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != "multipart/form-data":
-        raise ApiError(
-            415,
-            f"send multipart/form-data (curl -F file=@a.wav); got {kind or 'no content type'}",
-            code="unsupported_media_type",
-        )
-    too_large = (
-        f"the upload is larger than this server takes ({limit / 1e6:g} MB, serve "
-        "--max-upload-mb); send a shorter or compressed file (flac, opus, mp3)"
-    )
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, too_large, "file", "file_too_large", CLOSE)
-    received = 0
-    receive = request.receive
-
-    async def counting() -> Message:
-        nonlocal received
-        message = await receive()
-        received += len(message.get("body", b""))
-        if received > limit:
-            raise _UploadTooLarge(413, too_large)
-        return message
-
-    return Request(request.scope, counting)
-
-
-class _GatedRoute(APIRoute):
-    """A /v1 route: the token first, an upload's type and size before its body, and every
-    error (FastAPI's own too) as OpenAI's error object."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-        upload = self.path == TRANSCRIPTIONS
-
-        async def gated(request: Request) -> Response:
-            try:
-                _check_token(request)
-                return await handler(_counted(request) if upload else request)
-            except ApiError as exc:
-                return exc.response()
-            except RequestValidationError as exc:
-                return _validation_error(exc).response()
-            except _UploadTooLarge as exc:
-                return ApiError(413, str(exc.detail), "file", "file_too_large", CLOSE).response()
-            except StarletteHTTPException as exc:
-                return ApiError(exc.status_code, str(exc.detail)).response()
-
-        return gated
 
 
 bearer = HTTPBearer(auto_error=False, description="The server's token (serve --token-file)")
 router = APIRouter(
-    route_class=_GatedRoute, tags=["OpenAI-compatible"], dependencies=[Depends(bearer)]
+    route_class=GatedRoute, tags=["OpenAI-compatible"], dependencies=[Depends(bearer)]
 )
 
 
@@ -381,157 +112,22 @@ def _model_named(server: StreamServer, name: str | None) -> ModelCard:
 
 @router.get(
     MODELS, summary="The models this server has", response_model=ModelList,
-    responses=_error_docs(401),
+    responses=error_docs(401),
 )  # fmt: skip
 def list_models(request: Request) -> ModelList:
-    return ModelList(data=[model_card(_server(request))])
+    return ModelList(data=[model_card(server_of(request))])
 
 
 @router.get(
     MODELS + "/{model_id}", summary="One model", response_model=ModelCard,
-    responses=_error_docs(401, 404),
+    responses=error_docs(401, 404),
 )  # fmt: skip
 def get_model(request: Request, model_id: str) -> ModelCard:
-    card = model_card(_server(request))
+    card = model_card(server_of(request))
     if model_id != card.id and model_id not in ALIASES:
         raise ApiError(404, f"no model {model_id!r}; this server has {card.id!r}",
                        param="model", code="model_not_found")  # fmt: skip
     return card
-
-
-# -- transcriptions ------------------------------------------------------------------------
-
-
-@dataclass
-class Upload:
-    """An upload on its way through the scheduler: what was decoded, in order."""
-
-    finals: list[Final] = field(default_factory=list)
-    summary: StreamSummary | None = None
-    queue: asyncio.Queue[Final | None] = field(default_factory=asyncio.Queue)
-
-    def take(self, items: list[Delivered]) -> None:
-        for item in items:
-            if isinstance(item, Final):
-                self.finals.append(item)
-                self.queue.put_nowait(item)
-            elif isinstance(item, StreamSummary):
-                self.summary = item
-
-    @property
-    def texts(self) -> list[str]:
-        return [final.text.strip() for final in self.finals if final.text.strip()]
-
-    @property
-    def text(self) -> str:
-        return " ".join(self.texts)
-
-
-def _suffix(filename: str | None) -> str:
-    """The upload's own suffix, kept for libsndfile's format guess where it is plain."""
-    suffix = Path(filename or "").suffix
-    return suffix if suffix[1:].isalnum() and len(suffix) <= 8 else ""
-
-
-def _saved(upload: UploadFile) -> str:
-    """The upload in a named temporary file (libsndfile reads a path; Starlette spooled
-    the part to an unnamed one)."""
-    handle, path = tempfile.mkstemp(prefix="streamasr-upload-", suffix=_suffix(upload.filename))
-    with os.fdopen(handle, "wb") as out:
-        upload.file.seek(0)
-        shutil.copyfileobj(upload.file, out, 1 << 20)
-    return path
-
-
-def _opened(path: str, shown: str) -> FileSource:
-    """The saved upload as audio; 400 naming the upload (not the temporary file)."""
-    from streamasr.audio.files import FileSource
-
-    try:
-        return FileSource(path)
-    except InputError as exc:
-        message = str(exc).replace(path, shown)
-        raise ApiError(400, message, param="file", code="invalid_audio") from None
-
-
-def _session_config(server: StreamServer, rate: int) -> SessionConfig:
-    """An upload's utterance: mono float32 at the file's rate, fixed feed blocks of the
-    server's size (as `streamasr file --block-ms`), not paced."""
-    block_s = server.options.block_s
-    block_ms = CHUNK if block_s is None else block_s * 1000
-    return SessionConfig(sample_rate=rate, format="f32le", source="upload", block_ms=block_ms)
-
-
-async def _decode(
-    session: ClientSession, source: FileSource, upload: Upload, cleanup: contextlib.AsyncExitStack
-) -> None:
-    """Feed the whole file through the session; the finals arrive in `upload` as decoded.
-    The admission and the temporary file are let go at the end, whatever happens."""
-    async with cleanup:
-        await session.open(_session_config(session.server, source.sample_rate))
-        blocks: Iterator[np.ndarray] = source.blocks(READ_BLOCK_S)
-        while not session.stopped.is_set():
-            block = await _next_block(blocks)
-            if block is None:
-                break
-            await session.feed(block)
-        await session.finish()
-        if session.stop is not None:
-            raise Refused("shutting_down", "server shutting down: the transcript stops early")
-
-
-async def _next_block(blocks: Iterator[np.ndarray]) -> np.ndarray | None:
-    """The file's next block, decoded on a thread; a cancelled upload waits for the read
-    in flight before its file is closed."""
-    reading = asyncio.ensure_future(asyncio.to_thread(next, blocks, None))
-    try:
-        return await asyncio.shield(reading)
-    except asyncio.CancelledError:
-        with contextlib.suppress(BaseException):
-            await reading
-        raise
-
-
-def _refusal(exc: Refused) -> ApiError:
-    if exc.kind == "capacity":
-        return ApiError(429, exc.reason, code="server_full", headers={"Retry-After": "1"})
-    return ApiError(503, exc.reason, code="shutting_down")
-
-
-def _failure(exc: BaseException) -> ApiError:
-    """What an upload that failed while decoding is told."""
-    if isinstance(exc, Refused):
-        return _refusal(exc)
-    if isinstance(exc, InputError):
-        return ApiError(400, str(exc), param="file", code="invalid_audio")
-    if isinstance(exc, EngineFailed):
-        return ApiError(500, f"the engine failed: {exc}", code="engine_failed")
-    log.exception("upload failed", exc_info=exc)
-    return ApiError(500, "the server failed to transcribe the upload", code="internal_error")
-
-
-async def _start(request: Request, file: UploadFile) -> tuple[Upload, asyncio.Task[None], float]:
-    """Admit the upload, open its audio, start decoding it: (upload, its task, duration)."""
-    server = _server(request)
-    cleanup = contextlib.AsyncExitStack()
-    try:
-        path = await asyncio.to_thread(_saved, file)
-        cleanup.callback(os.unlink, path)
-        source = await asyncio.to_thread(_opened, path, file.filename or "file")
-        cleanup.callback(source.close)
-        upload = Upload()
-        session = await cleanup.enter_async_context(
-            ClientSession.admitted(server, upload.take, presented_key(request))
-        )
-    except Refused as exc:
-        await cleanup.aclose()
-        raise _refusal(exc) from None
-    except BaseException:
-        await cleanup.aclose()
-        raise
-    task = asyncio.create_task(_decode(session, source, upload, cleanup))
-    task.add_done_callback(lambda done: upload.queue.put_nowait(None))
-    return upload, task, source.info.duration_s
 
 
 def _words(final: Final) -> list[TranscriptionWord]:
@@ -604,7 +200,7 @@ async def _events(upload: Upload, task: asyncio.Task[None]) -> AsyncIterator[Ser
                 yield _sse({"type": "transcript.text.delta", "delta": delta})
         error = task.exception() if not task.cancelled() else None
         if error is not None:
-            yield _sse(_failure(error).body())
+            yield _sse(failure(error).body())
             return
         yield _sse({"type": "transcript.text.done", "text": upload.text})
     finally:
@@ -656,7 +252,7 @@ TRANSCRIPTION_RESPONSES: dict[int | str, dict[str, Any]] = {
             "text/event-stream": {"schema": {"type": "string"}},
         },
     },
-    **_error_docs(400, 401, 413, 415, 429, 500, 503),
+    **error_docs(400, 401, 413, 415, 429, 500, 503),
 }
 
 
@@ -679,11 +275,11 @@ async def create_transcription(
 ) -> Response:
     """An audio file's transcript, decoded as `streamasr file` decodes it, batched with the
     live sessions."""
-    server = _server(request)
+    server = server_of(request)
     card = _model_named(server, model)
     language_code = _check_language(card, language)
     headers = _notes(card, prompt)
-    upload, task, duration_s = await _start(request, file)
+    upload, task, duration_s = await start(request, file)
     if stream:
         return EventSourceResponse(_events(upload, task), headers={**SSE_HEADERS, **headers},
                                    sep="\n", send_timeout=30)  # fmt: skip
@@ -693,7 +289,7 @@ async def create_transcription(
         task.cancel()
         raise
     except BaseException as exc:  # noqa: BLE001 - said to the client in OpenAI's shape
-        raise _failure(exc) from None
+        raise failure(exc) from None
     if response_format in TEXT_TYPES:
         return Response(_rendered(upload, response_format), media_type=TEXT_TYPES[response_format],
                         headers=headers)  # fmt: skip
