@@ -34,21 +34,13 @@ from pathlib import Path
 import httpx
 import soundfile as sf
 
+from streamasr.bench.report import cpu_model
+
 REPO = Path(__file__).resolve().parent.parent
 CLIPS = sorted(str(p.relative_to(REPO)) for p in (REPO / "models/tiny-en/test_wavs").glob("*.wav"))
 #: The server's session defaults, as `streamasr file` options (uploads are decoded so).
 LIVE = ("--block-ms", "100", "--tail-padding", "0.3")
 MAX_CLIENTS = 64
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 @contextmanager

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from streamasr.server.wire import Record, WireEncoder
 
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
+
+
+T = TypeVar("T")
 
 
 class Stop(Exception):
@@ -191,6 +194,26 @@ class ClientSession:
         if self.publishing is not None:
             self.publishing.end()
             self.publishing = None
+
+    async def unless_stopped(self, awaitable: Awaitable[T], timeout_s: float | None = None) -> T:
+        """Await `awaitable`, unless the server stops the session first (its Stop is raised)
+        or `timeout_s` passes (TimeoutError). A future passed in is not cancelled then (an
+        utterance's end: the stop's flush awaits it again); a coroutine's task is."""
+        task = asyncio.ensure_future(awaitable)
+        stopped = asyncio.ensure_future(self.stopped.wait())
+        try:
+            await asyncio.wait({task, stopped}, timeout=timeout_s,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        finally:
+            stopped.cancel()
+        if task.done():
+            return task.result()
+        if task is not awaitable:  # what it had half done does not matter any more
+            task.cancel()
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())
+        if self.stop is not None:
+            raise self.stop
+        raise asyncio.TimeoutError
 
     # -- what the server calls ---------------------------------------------------------------
 

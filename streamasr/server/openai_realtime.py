@@ -189,18 +189,10 @@ class RealtimeConnection:
             raise session.stop
         session_left = self.limits.max_session_s - (time.monotonic() - self.started)
         wait_s = max(0.0, min(self.limits.idle_timeout_s, session_left))
-        receive = asyncio.ensure_future(self.stream.recv())
-        stopped = asyncio.ensure_future(session.stopped.wait())
         try:
-            await asyncio.wait({receive, stopped}, timeout=wait_s,
-                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-        finally:
-            stopped.cancel()
-        if receive.done():
-            return receive.result()
-        receive.cancel()
-        if session.stop is not None:
-            raise session.stop
+            return await session.unless_stopped(self.stream.recv(), wait_s)
+        except asyncio.TimeoutError:
+            pass
         if session_left <= self.limits.idle_timeout_s:
             raise Stop(protocol.CLOSE_POLICY,
                        f"session reached --max-session-s {self.limits.max_session_s:g} s",

@@ -23,8 +23,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import wyoming.asr as wyoming_asr
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -56,7 +55,6 @@ if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
 
 log = logging.getLogger("streamasr")
-T = TypeVar("T")
 
 #: Events written but not yet taken by a client before it is dropped as too slow.
 MAX_UNSENT_BYTES = 1 << 20
@@ -218,7 +216,7 @@ class WyomingConnection:
         elif AudioStop.is_type(kind):
             if not self.session.is_open:
                 raise unexpected("audio-stop without audio-start; send audio-start first")
-            await self._until(self.session.end_input())
+            await self.session.unless_stopped(self.session.end_input())
             self._send_transcript()
         else:  # the protocol asks servers to drop what they do not know
             log.debug("wyoming: %s sent %r; dropped", self.peer, kind)
@@ -268,7 +266,7 @@ class WyomingConnection:
             )
         if self.session.add_audio(audio.decode(event.payload or b"")):
             # back-pressure: stop reading (the client's sends block) until decoded
-            await self._until(self.session.drained())
+            await self.session.unless_stopped(self.session.drained())
 
     def _deliver(self, items: list[Delivered]) -> None:
         """The open utterance's events: finals kept for the transcript, partials' new text
@@ -311,32 +309,13 @@ class WyomingConnection:
         except (ConnectionError, asyncio.TimeoutError):
             raise Gone() from None
 
-    async def _until(self, awaitable: Awaitable[T], timeout_s: float | None = None) -> T:
-        """Await `awaitable`, unless a stop is requested first (then raise it) or `timeout_s`
-        passes (TimeoutError). A future (an utterance's end) is not cancelled then: the
-        stop's flush awaits it again."""
-        task = asyncio.ensure_future(awaitable)
-        stopped = asyncio.ensure_future(self.session.stopped.wait())
-        try:
-            await asyncio.wait({task, stopped}, timeout=timeout_s,
-                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-        finally:
-            stopped.cancel()
-        if task.done():
-            return task.result()
-        if task is not awaitable:  # the connection ends: what it had half done does not matter
-            task.cancel()
-            task.add_done_callback(lambda done: done.cancelled() or done.exception())
-        if self.session.stop is not None:
-            raise self.session.stop
-        raise asyncio.TimeoutError
-
     async def _read(self, timeout_s: float) -> Event | None:
         """The next event (None: the client closed); a stop or a time limit raises Stop."""
         session_left = self.limits.max_session_s - (time.monotonic() - self.started)
         wait_s = max(0.0, min(timeout_s, session_left))
         with contextlib.suppress(asyncio.TimeoutError):
-            return await self._until(read_event(self.reader, self.limits.max_frame_bytes), wait_s)
+            reading = read_event(self.reader, self.limits.max_frame_bytes)
+            return await self.session.unless_stopped(reading, wait_s)
         if session_left <= timeout_s:
             raise _ending("session_limit", "connection reached --max-session-s "
                           f"{self.limits.max_session_s:g} s", flush=True)  # fmt: skip
