@@ -8,12 +8,11 @@ import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
-from streamasr.backends.plan import LoadPlan
 from streamasr.commands.common import (
     PunctuateOpt,
     SentenceCaseOpt,
@@ -21,45 +20,24 @@ from streamasr.commands.common import (
     cli_errors,
     err_console,
     setup_logging,
+    with_settings,
 )
-from streamasr.commands.options import ModelOptions, with_model_options
-from streamasr.commands.serve_options import (
-    LIMITS,
-    AllowOriginOpt,
-    CertfileOpt,
-    GraceOpt,
-    HandshakeTimeoutOpt,
-    HostOpt,
-    IdleTimeoutOpt,
-    KeyfileOpt,
-    MaxBatchOpt,
-    MaxConnectionsOpt,
-    MaxFrameOpt,
-    MaxQueuedOpt,
-    MaxSessionOpt,
-    MaxUploadOpt,
-    MaxViewersOpt,
-    MaxWaitOpt,
-    PortOpt,
-    PublishTokenOpt,
-    RoomHistoryOpt,
-    ScheduleOpt,
-    SendQueueOpt,
-    TokenFileOpt,
-    ViewTokenOpt,
-    WorkersOpt,
-    WyomingOpt,
-)
+from streamasr.commands.options import ModelOptions, Prepared, preflight, with_model_options
 from streamasr.errors import DependencyError, StreamAsrError, UsageError
 from streamasr.extras import install_hint
 from streamasr.output.finishing import NONE, Finishing, load_finishing
-from streamasr.server.limits import ConnectionSlots, Security, ServerLimits
+from streamasr.server.limits import (
+    LIMIT_SETTINGS,
+    SECURITY_SETTINGS,
+    ConnectionSlots,
+    Security,
+    ServerLimits,
+)
 from streamasr.server.reach import Exposure, bracketed, exposure_warning, openable
-from streamasr.session.stream import StreamOptions
+from streamasr.server.rooms import ROOM_SETTINGS, RoomOptions
 
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
-    from streamasr.server.rooms import RoomOptions
     from streamasr.server.wyoming_listener import WyomingSetup
 
 log = logging.getLogger("streamasr")
@@ -134,10 +112,9 @@ def say_reach(addresses: list[tuple[str, int]], page: str, exposure: Exposure) -
 @dataclass(frozen=True)
 class ServerSetup:
     """What every server process builds its server from, checked before the model loads:
-    the model's loading plan, the sessions' default feed, the limits and guards."""
+    the engine choice (its plan and the sessions' default feed), the limits and guards."""
 
-    plan: LoadPlan
-    feed: StreamOptions
+    prepared: Prepared
     limits: ServerLimits
     security: Security
     per_message: bool  # no feed block given anywhere: each message fed as it comes
@@ -152,17 +129,9 @@ def prepare(
     rooms: RoomOptions | None,
     finish_args: tuple[str | None, bool],
 ) -> tuple[ServerSetup, Finishing]:
-    """The setup every server process shares, and the finishing (punctuation model loaded
-    before the speech model): every model option checked here, once, whatever --workers
-    says, and a released model not here yet offered for download."""
-    from streamasr.commands.offer import offer_download
-    from streamasr.commands.options import (
-        backend_and_device,
-        chosen_backend,
-        load_plan,
-        stream_options,
-    )
-
+    """The setup every server process shares (`preflight`, with live feed defaults), and the
+    finishing (punctuation model loaded before the speech model): every model option checked
+    here, once, whatever --workers says, and a released model not here yet offered."""
     if model_options.vad_gate:
         raise UsageError(
             "--vad-gate ends and reopens a stream at each gap, which serve's batched "
@@ -170,13 +139,10 @@ def prepare(
         )
     # no feed block given anywhere: feed each message as it comes
     per_message = model_options.block_ms is None
-    model_options = live_defaults(model_options)
+    prepared = preflight(live_defaults(model_options), paced=False)
     finishing = load_finishing(*finish_args)
-    feed = stream_options(model_options, paced=False)
-    backend_and_device(model_options)
-    plan = load_plan(model_options, chosen_backend(model_options))
-    offer_download(model_options.model)
-    setup = ServerSetup(plan, feed, limits, security, per_message, finish_args, rooms)
+    prepared.offer()
+    setup = ServerSetup(prepared, limits, security, per_message, finish_args, rooms)
     return setup, finishing
 
 
@@ -188,41 +154,12 @@ def load_server(
     from streamasr.commands.memory import reuse_freed_blocks
     from streamasr.server.app import StreamServer
 
-    recognizer = setup.plan.load()
+    recognizer = setup.prepared.plan.load(setup.prepared.entry)
     log.info("model: %s", recognizer.description)
     reuse_freed_blocks()
     return StreamServer(
-        recognizer, setup.feed, setup.limits, setup.security,
+        recognizer, setup.prepared.feed, setup.limits, setup.security,
         per_message=setup.per_message, finishing=finishing, rooms=setup.rooms, slots=slots,
-    )  # fmt: skip
-
-
-def room_options(
-    max_viewers: int,
-    room_history: int,
-    publish_token_file: str | None,
-    view_token_file: str | None,
-    workers: int,
-) -> RoomOptions | None:
-    """The rooms' settings, checked; None with --workers (a room lives in one process)."""
-    from streamasr.server.limits import load_token
-    from streamasr.server.rooms import RoomOptions
-
-    if not 1 <= max_viewers <= 100_000:
-        raise UsageError(f"--max-viewers {max_viewers}: use a whole number from 1 to 100000")
-    if not 1 <= room_history <= 100_000:
-        raise UsageError(f"--room-history {room_history}: use a whole number from 1 to 100000")
-    publish = load_token(publish_token_file, "--publish-token-file") if publish_token_file else None
-    view = load_token(view_token_file, "--view-token-file") if view_token_file else None
-    if workers > 1:
-        if publish is not None or view is not None:
-            raise UsageError(
-                "rooms need one server process: drop --workers, or drop the room token files"
-            )
-        return None
-    return RoomOptions(
-        max_viewers=max_viewers, history_finals=room_history, publish_token=publish,
-        view_token=view,
     )  # fmt: skip
 
 
@@ -246,43 +183,6 @@ def serve_workers(
         return run_workers(workers, host, port, serve_in_worker, ready, slots.forget_worker)
     except RuntimeError as exc:
         raise StreamAsrError(str(exc)) from None
-
-
-def server_limits(
-    max_connections: int, max_session_s: float, idle_timeout_s: float,
-    handshake_timeout_s: float, max_frame_bytes: int, max_queued_audio_s: float,
-    send_queue: int, max_batch: int, max_wait_ms: float, grace_s: float, schedule: str,
-    max_upload_mb: float = LIMITS.max_upload_mb,
-) -> ServerLimits:  # fmt: skip
-    """The limits given, range-checked."""
-    from streamasr.server.limits import check_limits
-
-    return check_limits(
-        ServerLimits(
-            max_connections=max_connections, max_session_s=max_session_s,
-            idle_timeout_s=idle_timeout_s, handshake_timeout_s=handshake_timeout_s,
-            max_frame_bytes=max_frame_bytes, max_queued_audio_s=max_queued_audio_s,
-            send_queue_events=send_queue, max_batch=max_batch, max_wait_ms=max_wait_ms,
-            grace_s=grace_s, schedule=schedule.lower(), max_upload_mb=max_upload_mb,
-        )
-    )  # fmt: skip
-
-
-def server_security(
-    token_file: str | None, allow_origin: list[str] | None, certfile: str | None,
-    keyfile: str | None,
-) -> Security:  # fmt: skip
-    """The token, allowed origins and TLS files; a bad certificate is a usage error before
-    the model loads."""
-    from streamasr.server.limits import check_tls, load_token
-
-    check_tls(certfile, keyfile)
-    security = Security(
-        token=load_token(token_file), origins=tuple(allow_origin or ()), certfile=certfile,
-        keyfile=keyfile,
-    )  # fmt: skip
-    security.ssl_context()
-    return security
 
 
 def ready_lines(security: Security) -> Ready:
@@ -379,30 +279,24 @@ def check_port_and_workers(port: int, workers: int | None = None) -> None:
         raise UsageError(f"--workers {workers}: use 1 to {MAX_WORKERS}")
 
 
+HostOpt = Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")]
+PortOpt = Annotated[int, typer.Option(help="TCP port; 0 picks a free one (printed on stderr).")]
+WorkersOpt = Annotated[int, typer.Option(
+    help="Server processes, each with its own model, sharing the port (one per core); "
+    "--max-connections is shared out among them.")]
+WyomingOpt = Annotated[str | None, typer.Option(
+    help="Also serve Wyoming (Home Assistant's voice protocol) at tcp://HOST:PORT, e.g. "
+    "tcp://0.0.0.0:10300; no authentication: for a trusted LAN only.")]
+
+
 def serve_command(
-    model_options: ModelOptions,
+    *,
+    model_options: ModelOptions,  # this and the declared groups: spliced in at register
     host: HostOpt = "127.0.0.1",
     port: PortOpt = 6006,
-    max_connections: MaxConnectionsOpt = LIMITS.max_connections,
-    max_session_s: MaxSessionOpt = LIMITS.max_session_s,
-    idle_timeout_s: IdleTimeoutOpt = LIMITS.idle_timeout_s,
-    handshake_timeout_s: HandshakeTimeoutOpt = LIMITS.handshake_timeout_s,
-    max_frame_bytes: MaxFrameOpt = LIMITS.max_frame_bytes,
-    max_queued_audio_s: MaxQueuedOpt = LIMITS.max_queued_audio_s,
-    send_queue: SendQueueOpt = LIMITS.send_queue_events,
-    max_batch: MaxBatchOpt = LIMITS.max_batch,
-    max_wait_ms: MaxWaitOpt = LIMITS.max_wait_ms,
-    schedule: ScheduleOpt = LIMITS.schedule,
-    grace_s: GraceOpt = LIMITS.grace_s,
-    max_upload_mb: MaxUploadOpt = LIMITS.max_upload_mb,
-    token_file: TokenFileOpt = None,
-    allow_origin: AllowOriginOpt = None,
-    certfile: CertfileOpt = None,
-    keyfile: KeyfileOpt = None,
-    max_viewers: MaxViewersOpt = 1000,
-    room_history: RoomHistoryOpt = 1000,
-    publish_token_file: PublishTokenOpt = None,
-    view_token_file: ViewTokenOpt = None,
+    limits: ServerLimits,
+    security: Security,
+    rooms: RoomOptions,
     workers: WorkersOpt = 1,
     wyoming: WyomingOpt = None,
     sentence_case: SentenceCaseOpt = False,
@@ -424,23 +318,24 @@ def serve_command(
     setup_logging(verbose)
     with cli_errors():
         check_server_packages()
-        check_port_and_workers(port)
-        limits = server_limits(
-            max_connections, max_session_s, idle_timeout_s, handshake_timeout_s,
-            max_frame_bytes, max_queued_audio_s, send_queue, max_batch, max_wait_ms, grace_s,
-            schedule, max_upload_mb,
-        )  # fmt: skip
-        security = server_security(token_file, allow_origin, certfile, keyfile)
         check_port_and_workers(port, workers)
-        rooms = room_options(max_viewers, room_history, publish_token_file, view_token_file,
-                             workers)
+        if workers > 1 and (rooms.publish_token or rooms.view_token):
+            raise UsageError(
+                "rooms need one server process: drop --workers, or drop the room token files"
+            )
         wyoming_setup = wyoming_option(wyoming, workers)
-        setup, finishing = prepare(model_options, limits, security, rooms,
-                                   (punctuate, sentence_case))
+        setup, finishing = prepare(model_options, limits, security,
+                                   rooms if workers == 1 else None, (punctuate, sentence_case))
         stopped_by = listen(setup, finishing, host, port, workers, wyoming_setup)
     say_stopped(stopped_by)
 
 
 def register(app: typer.Typer) -> None:
-    """Add the `serve` command."""
-    app.command("serve")(with_model_options(help_for=SERVE_HELP)(serve_command))
+    """Add the `serve` command: its own options declared by the settings that use them."""
+    command = with_settings("limits", LIMIT_SETTINGS, ServerLimits(), ServerLimits.from_options)(
+        serve_command)
+    command = with_settings("security", SECURITY_SETTINGS, Security(), Security.from_options)(
+        command)
+    command = with_settings("rooms", ROOM_SETTINGS, RoomOptions(), RoomOptions.from_options)(
+        command)
+    app.command("serve")(with_model_options(help_for=SERVE_HELP)(command))
