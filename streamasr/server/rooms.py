@@ -149,18 +149,6 @@ class Room:
         """A new utterance of the publisher: its audio time starts again at 0."""
         self._base_s = self._end_s
 
-    def publish(self, lines: list[str]) -> None:
-        """`publish_records` for JSON lines (those that are not JSON objects are skipped)."""
-        records = []
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        self.publish_records(records)
-
     def publish_records(self, records: list[dict[str, Any]]) -> None:
         """Number the partials and finals among the publisher's records (as the WebSocket
         adapter makes them, server/wire.py) and write them to every viewer."""
