@@ -158,8 +158,8 @@ def run(args: list[str] | None = None) -> int:
     longer than the system allows.
     """
     from streamasr.commands.common import report_error, silence_stdout
-    from streamasr.commands.memory import return_large_blocks
     from streamasr.errors import OutputError, StreamAsrError
+    from streamasr.memory import return_large_blocks
     from streamasr.session import interrupts
 
     return_large_blocks()  # before any model load: its freed blocks leave the process

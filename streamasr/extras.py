@@ -29,6 +29,18 @@ def install_hint(extra: str | None = None, packages: tuple[str, ...] = ()) -> st
     return f"{pip} (with pipx: {pipx})"
 
 
+def require(modules: tuple[str, ...], what: str, extra: str) -> None:
+    """`what` needs `modules` (found, not imported): else a DependencyError naming the pip
+    and pipx lines of `extra`."""
+    import importlib.util
+
+    from streamasr.errors import DependencyError
+
+    missing = [module for module in modules if importlib.util.find_spec(module) is None]
+    if missing:
+        raise DependencyError(f"{what} needs {' and '.join(missing)}: {install_hint(extra)}")
+
+
 def extra_requirements(extra: str) -> tuple[str, ...]:
     """The requirements the installed streamasr declares for `extra` (markers dropped); none
     when its metadata is not there."""

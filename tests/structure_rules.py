@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("engines", frozenset({"backends/"})),
     ("foundations", frozenset({
         "distribution/", "analysis/", "text/", "audio/", "cuda", "config", "errors", "version",
-        "extras", "whole_file",
+        "extras", "whole_file", "memory",
     })),
 )
 

@@ -1,4 +1,4 @@
-"""The command line holds glibc's mmap threshold (streamasr/commands/memory.py), so freed
+"""The command line holds glibc's mmap threshold (streamasr/memory.py), so freed
 large blocks leave the process instead of staying resident in the heap. Checked with glibc's
 own malloc in a fresh process: after a freed 16 MiB block (which raises glibc's threshold when
 nothing holds it), 4 MiB blocks freed below a live one go back to the system only with the
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from streamasr.commands import memory
+from streamasr import memory
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,7 +76,7 @@ def test_a_threshold_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch) -> No
 
 FAULTS = """
 import ctypes, resource, sys
-from streamasr.commands import memory
+from streamasr import memory
 assert memory.return_large_blocks()
 if sys.argv[1] == "server":
     assert memory.reuse_freed_blocks()

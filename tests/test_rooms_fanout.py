@@ -9,7 +9,6 @@ bound there would take minutes of real talk, so the bound is met here with large
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 
 from streamasr.server.app import StreamServer
@@ -25,11 +24,9 @@ EVENTS = 200
 REQUEST = b"GET /rooms/talk/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
-def _line(number: int) -> str:
-    return json.dumps(
-        {"source": "talk", "type": "partial", "seq": number, "audio_s": 0.1 * number,
-         "wall_s": 0.1 * number, "segment": 0, "text": "word " * (EVENT_BYTES // 5)}
-    )  # fmt: skip
+def _event(number: int) -> dict:
+    return {"source": "talk", "type": "partial", "seq": number, "audio_s": 0.1 * number,
+            "wall_s": 0.1 * number, "segment": 0, "text": "word " * (EVENT_BYTES // 5)}
 
 
 async def _joined(room: Room, count: int) -> None:
@@ -72,7 +69,7 @@ async def _fan_out() -> tuple[Room, list[bool], list[bool], list[int]]:
 
     reading = asyncio.ensure_future(read())
     for number in range(1, EVENTS + 1):
-        room.publish([_line(number)])
+        room.publish_records([_event(number)])
         await asyncio.sleep(0.001)
     await asyncio.wait_for(reading, 60)
     # before the connections close: in the room, and still open

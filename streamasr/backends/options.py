@@ -33,8 +33,33 @@ def check_number(
     inside = math.isfinite(value) and (value > low if low_open else value >= low) and value <= high
     if not inside:
         lower = "more than" if low_open else "from"
-        span = f"{lower} {low:g} to {high:g}" + (f" {unit}" if unit else "")
-        raise UsageError(f"{option} {value:g}: use a number {span}")
+        span = f"{lower} {_shown(low)} to {_shown(high)}" + (f" {unit}" if unit else "")
+        raise UsageError(f"{option} {_shown(value)}: use a number {span}")
+
+
+def _shown(number: float) -> str:
+    return str(number) if isinstance(number, int) else f"{number:g}"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One field of a settings object as the command line takes it: the flag, its help and
+    its range. A settings object (ServerLimits, RoomOptions, Security, CueRules) declares its
+    own beside its fields, and a command splices them in (commands/common.py's
+    `with_settings`), showing the object's own default. `type`: the option's Python type
+    where the default's is not it (None, a file named for a value read from it)."""
+
+    field: str
+    flag: str
+    help: str
+    range: tuple[float, float] | None = None
+    unit: str = ""
+    type: Any = None
+
+    def check(self, value: float | None) -> None:
+        """Refuse a value outside the range, naming the flag (UsageError)."""
+        if self.range is not None:
+            check_number(self.flag, value, *self.range, self.unit)
 
 
 @dataclass(frozen=True)

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import inspect
 import logging
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator
-from typing import Annotated
+from collections.abc import Callable, Iterator, Sequence
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
-from streamasr.backends.options import check_number
+from streamasr.backends.options import Setting, check_number
 from streamasr.errors import InputError, OutputError, ReaderGone, StreamAsrError, UsageError
 from streamasr.output.render import (
     FORMATS,
@@ -34,6 +35,7 @@ from streamasr.vad.onset import OnsetOptions
 err_console = Console(stderr=True, soft_wrap=True)
 
 EXIT_INTERRUPTED = 130
+F = TypeVar("F", bound=Callable[..., Any])
 
 # Number ranges every command checks before it touches audio or a model. An upper bound is
 # where a value stops meaning anything (and a huge one would hang or eat memory), not a limit
@@ -248,6 +250,41 @@ def spliced_parameters(
         else:
             params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
     return params
+
+
+def with_settings(
+    placeholder: str, settings: Sequence[Setting], defaults: object, build: Callable[..., Any]
+) -> Callable[[F], F]:
+    """Add the options a settings object declares (`Setting`s) where the command's
+    `placeholder` parameter stands; the command gets `build(**values)`, checked before it runs
+    (a bad value is one line and exit 2). The default shown is `defaults`' field of the name."""
+
+    def decorate(command: F) -> F:
+        signature = inspect.signature(command, eval_str=True)
+        if placeholder not in signature.parameters:
+            raise TypeError(f"{command.__name__} needs a parameter named {placeholder}")
+        names = {f"{placeholder}_{setting.field}": setting for setting in settings}
+        group = []
+        for name, setting in names.items():
+            default = getattr(defaults, setting.field, None)
+            kind = setting.type or type(default)
+            option = typer.Option(setting.flag, help=setting.help)
+            group.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                           default=default, annotation=Annotated[kind, option]))
+        params = spliced_parameters(signature, placeholder, group)
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            values = {setting.field: kwargs.pop(name) for name, setting in names.items()}
+            with cli_errors():
+                kwargs[placeholder] = build(**values)
+            return command(**kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 def decode_each(paths: list[str], decode: Callable[[str], None]) -> None:

@@ -26,7 +26,7 @@ from streamasr.analysis.mask import (
     MAX_LAYERS,
     UNLIMITED,
 )
-from streamasr.backends.base import DEFAULT_THREADS, BackendEntry, check_threads
+from streamasr.backends.base import BackendEntry, check_threads
 from streamasr.backends.declared_budget import budget_from_info
 from streamasr.backends.options import check_number
 from streamasr.backends.registry import settings_budget
@@ -51,6 +51,13 @@ from streamasr.session.measure import measure_engine
 MEASURE_STEPS = 12
 RELEASED_ALIASES = tuple(alias for entry in catalog.CATALOG for alias in entry.aliases)
 _NO_ENGINE_OPTIONS = ModelOptions()
+#: the model group's options as latency means them: for --measure
+LATENCY_HELP = {
+    "backend": "Engine to load the model with: sherpa-onnx, nemo, or module:ATTRIBUTE "
+    "(default: chosen from the model).",
+    "device": "Where --measure runs the model: cpu, cuda or cuda:N (NeMo). Default cpu.",
+    "threads": "CPU threads for --measure.",
+}
 DEFAULT_BACKEND = "sherpa-onnx"  # the registry's default: released names not on disk go here
 
 
@@ -224,15 +231,6 @@ def latency_command(
         typer.Option("--measure", help="Load the model and measure when its encoder steps "
                      "run and what they cost (sherpa-onnx, NeMo or any --backend)."),
     ] = False,
-    backend: Annotated[
-        str | None,
-        typer.Option(help="Engine to load the model with: sherpa-onnx, nemo, or "
-                     "module:ATTRIBUTE (default: chosen from the model)."),
-    ] = None,
-    device: Annotated[
-        str, typer.Option(help="Where --measure runs the model: cpu, cuda or cuda:N (NeMo).")
-    ] = "cpu",
-    threads: Annotated[int, typer.Option(help="CPU threads for --measure.")] = DEFAULT_THREADS,
     model_options: ModelOptions = _NO_ENGINE_OPTIONS,  # the group, spliced in at register
     fmt: FormatOpt = "table",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log details to stderr.")]
@@ -242,11 +240,13 @@ def latency_command(
     setup_logging(verbose)
     with cli_errors():
         check_format(fmt)
+        threads, backend = model_options.threads, model_options.backend
         _check_latency_numbers(chunk, layers, subsampling, left_chunks, threads)
         budget = build_budget(
             model=model, chunk=chunk, att_context_size=att_context_size, style=style,
             layers=layers, subsampling=subsampling, left_chunks=left_chunks,
-            measure=measure, threads=threads, backend=backend, device=device,
+            measure=measure, threads=threads, backend=backend,
+            device=model_options.device or "cpu",
             engine=model_options.engine,
         )
     if fmt == "json":
@@ -262,7 +262,8 @@ def register(app: typer.Typer) -> None:
     # the engines' own options (--fp32, --decoder, a plugin's, -O) as file's and bench's;
     # --chunk and --att-context-size are latency's: arithmetic without a model, too
     latency = with_model_options(
-        fields=(), own=("chunk", "att_context_size"), user_defaults=False
+        fields=("backend", "device", "threads"), own=("chunk", "att_context_size"),
+        help_for=LATENCY_HELP, user_defaults=False,
     )(latency_command)
     app.command("latency")(latency)
     app.command("mask")(mask_command)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
@@ -424,8 +425,18 @@ class Prepared:
     values: tuple[Any, ...] = (None,)
 
     def offer(self) -> None:
-        """A released model not here yet: on a terminal, offer to pull it (commands/offer.py)."""
-        from streamasr.commands.offer import offer_download
+        """A catalog model not pulled yet: on a terminal, ask, then pull it. Decided without
+        the download stack (progress bars, the installer, HTTP: commands/models.py), which is
+        imported only then; any other model: nothing to do, nothing imported."""
+        from streamasr.distribution.catalog import find
+
+        if self.model is None or find(self.model) is None:
+            return
+        from streamasr.distribution.cache import find_cached
+
+        if find_cached(self.model) is not None or not sys.stdin.isatty():
+            return
+        from streamasr.commands.models import offer_download
 
         offer_download(self.model)
 

@@ -263,21 +263,3 @@ class StreamServer:
         for task in (waiting, wedged):
             task.cancel()
 
-
-def run_server(
-    server: StreamServer,
-    host: str | None,
-    port: int | None,
-    on_ready: Callable[[list[tuple[str, int]]], None],
-    sock: socket.socket | None = None,
-) -> int | None:
-    """Run until stopped; the stop signal's number (None if none came).
-
-    `sock`: a listening socket to serve on (--workers share one); else one is bound to
-    `host` and `port`."""
-    from streamasr.server.workers import bind
-
-    if sock is None:
-        sock = bind(host or "0.0.0.0", port or 0)
-    asyncio.run(server.serve(sock, on_ready))
-    return server.stop_signal

@@ -7,13 +7,13 @@ the server only reads them.
 from __future__ import annotations
 
 import hmac
-import math
 import multiprocessing
 import os
 import ssl
 from dataclasses import dataclass
 from typing import Any
 
+from streamasr.backends.options import Setting
 from streamasr.errors import UsageError
 from streamasr.session.batch import SCHEDULES
 from streamasr.whole_file import read_whole
@@ -37,6 +37,11 @@ class ServerLimits:
     schedule: str = "ready"  # when a due stream steps: at once (ready) or at the shared tick
     grace_s: float = 30.0  # after SIGTERM, how long open sessions may go on
     max_upload_mb: float = 100.0  # one file upload (the OpenAI REST API), in MB of 10^6 bytes
+
+    @classmethod
+    def from_options(cls, **values: Any) -> ServerLimits:
+        """The limits given on the command line, checked (--schedule in any case)."""
+        return check_limits(cls(**{**values, "schedule": values["schedule"].lower()}))
 
     @property
     def max_upload_bytes(self) -> int:
@@ -112,6 +117,18 @@ class Security:
         any is given); clients that send no Origin (not browsers) are not asked."""
         return not self.origins or origin is None or origin in self.origins
 
+    @classmethod
+    def from_options(
+        cls, token_file: str | None, allow_origin: list[str] | None, certfile: str | None,
+        keyfile: str | None,
+    ) -> Security:  # fmt: skip
+        """The token read, the origins and the TLS files; a bad certificate is a usage error
+        before the model loads."""
+        check_tls(certfile, keyfile)
+        security = cls(load_token(token_file), tuple(allow_origin or ()), certfile, keyfile)
+        security.ssl_context()
+        return security
+
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS context for --certfile/--keyfile, or None for plain ws:// and http://."""
         if self.certfile is None:
@@ -127,29 +144,61 @@ class Security:
         return context
 
 
+#: Each limit on the command line (`streamasr serve`), with its range; the default shown is
+#: ServerLimits'.
+LIMIT_SETTINGS = (
+    Setting("max_connections", "--max-connections",
+            "Open WebSocket sessions at most; more are refused (1013).", (1, 100_000)),
+    Setting("max_session_s", "--max-session-s", "Wall-clock seconds one connection may last.",
+            (1.0, 7 * 86400.0)),
+    Setting("idle_timeout_s", "--idle-timeout-s",
+            "A connection that sends nothing this long is closed.", (0.1, 86400.0)),
+    Setting("handshake_timeout_s", "--handshake-timeout-s",
+            "Seconds to open the WebSocket and send the first config.", (0.1, 3600.0)),
+    Setting("max_frame_bytes", "--max-frame-bytes",
+            "Largest WebSocket message; larger ones close with 1009.", (64, 64 << 20)),
+    Setting("max_queued_audio_s", "--max-queued-audio-s",
+            "Audio received but not yet decoded, per connection; past it the server stops "
+            "reading that client until the engine catches up.", (0.1, 3600.0)),
+    Setting("send_queue_events", "--send-queue",
+            "Events a client may leave unread before it is closed (1008).", (16, 1_000_000)),
+    Setting("max_batch", "--max-batch", "Streams in one batched engine step.", (1, 1024)),
+    Setting("max_wait_ms", "--max-wait-ms",
+            "--schedule ready: how long an engine step waits for more streams to batch.",
+            (0.0, 1000.0)),
+    Setting("schedule", "--schedule",
+            "When a stream with a chunk ready steps: aligned (at the next tick of one clock of "
+            "chunk period, with every other stream due: larger batches, a wait below one "
+            "chunk) or ready (at once, batched with whoever is ready then)."),
+    Setting("grace_s", "--grace-s",
+            "After SIGTERM, how long open sessions may go on before their input is ended and "
+            "their finals sent.", (0.0, 3600.0)),
+    Setting("max_upload_mb", "--max-upload-mb",
+            "Largest audio file one upload may send (/v1/audio/transcriptions), in MB; larger "
+            "ones are refused (413) before they are read.", (0.01, 100_000.0)),
+)  # fmt: skip
+
+#: Who may connect, on the command line; `Security.from_options` reads what they name.
+SECURITY_SETTINGS = (
+    Setting("token_file", "--token-file",
+            "File whose first line is the bearer token clients must send (else "
+            "$STREAMASR_TOKEN; neither: no token).", type=str | None),
+    Setting("allow_origin", "--allow-origin",
+            "Browser origin allowed to connect (repeat for more), e.g. "
+            "https://captions.example; clients that send no Origin are always allowed.",
+            type=list[str] | None),
+    Setting("certfile", "--certfile", "TLS certificate (PEM): serve wss:// and https://.",
+            type=str | None),
+    Setting("keyfile", "--keyfile", "TLS private key (PEM), if not in --certfile.",
+            type=str | None),
+)  # fmt: skip
+
+
 def check_limits(limits: ServerLimits) -> ServerLimits:
     """Refuse a limit that cannot work, naming its option (UsageError, exit 2)."""
-    whole = {
-        "--max-connections": (limits.max_connections, 1, 100_000),
-        "--max-frame-bytes": (limits.max_frame_bytes, 64, 64 << 20),
-        "--send-queue": (limits.send_queue_events, 16, 1_000_000),
-        "--max-batch": (limits.max_batch, 1, 1024),
-    }
-    for option, (value, low, high) in whole.items():
-        if not low <= value <= high:
-            raise UsageError(f"{option} {value}: use a whole number from {low} to {high}")
-    seconds = {
-        "--max-session-s": (limits.max_session_s, 1.0, 7 * 86400.0),
-        "--idle-timeout-s": (limits.idle_timeout_s, 0.1, 86400.0),
-        "--handshake-timeout-s": (limits.handshake_timeout_s, 0.1, 3600.0),
-        "--max-queued-audio-s": (limits.max_queued_audio_s, 0.1, 3600.0),
-        "--max-wait-ms": (limits.max_wait_ms, 0.0, 1000.0),
-        "--grace-s": (limits.grace_s, 0.0, 3600.0),
-        "--max-upload-mb": (limits.max_upload_mb, 0.01, 100_000.0),
-    }
-    for option, (number, lo, hi) in seconds.items():
-        if not (math.isfinite(number) and lo <= number <= hi):
-            raise UsageError(f"{option} {number:g}: use a number from {lo:g} to {hi:g}")
+    for setting in LIMIT_SETTINGS:
+        if setting.range is not None:
+            setting.check(getattr(limits, setting.field))
     if limits.schedule not in SCHEDULES:
         raise UsageError(f"--schedule {limits.schedule!r}: use {' or '.join(SCHEDULES)}")
     return limits

@@ -294,10 +294,3 @@ def decode_frame(frame: bytes, config: SessionConfig) -> np.ndarray:
         audio = audio.reshape(-1, config.channels).mean(axis=1, dtype=np.float32)
     return np.ascontiguousarray(audio, np.float32)
 
-
-def encode_audio(audio: np.ndarray, fmt: str = "s16le") -> bytes:
-    """Mono float32 samples as a binary frame (for clients written in Python)."""
-    if fmt == "s16le":
-        clipped = np.clip(np.round(audio * 32768.0), -32768, 32767)
-        return clipped.astype("<i2").tobytes()
-    return np.asarray(audio, "<f4").tobytes()

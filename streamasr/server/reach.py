@@ -71,6 +71,36 @@ def exposure_warning(bound: list[tuple[str, int]], exposure: Exposure) -> str | 
     return f"{where} with no token: anyone who reaches it can stream audio to it; add {token}"
 
 
+def listening_lines(bound: list[tuple[str, int]], exposure: Exposure) -> list[tuple[str, bool]]:
+    """What serve says once its port is open, each line with whether it is a warning: each
+    address listened on, for 0.0.0.0 / :: the pages a person can open, then what an unguarded
+    port exposes."""
+    scheme, page = ("wss", "https") if exposure.tls else ("ws", "http")
+    lines = [
+        (f"listening on {scheme}://{bracketed(host)}:{port}/ws "
+         f"(page {page}://{bracketed(host)}:{port}/, metrics /metrics)", False)
+        for host, port in bound
+    ]  # fmt: skip
+    for host, port in bound:
+        hosts = openable(host)
+        if hosts != [host]:
+            pages = " or ".join(f"{page}://{bracketed(shown)}:{port}/" for shown in hosts)
+            lines.append((f"open {pages}", False))
+    warning = exposure_warning(bound, exposure)
+    return lines if warning is None else [*lines, (warning, True)]
+
+
+def wyoming_lines(bound: list[tuple[str, int]]) -> list[tuple[str, bool]]:
+    """What serve says once its Wyoming port is open (which has no authentication)."""
+    lines = []
+    for host, port in bound:
+        lines.append((f"wyoming on tcp://{bracketed(host)}:{port}", False))
+        if not is_local(host):
+            lines.append((f"Wyoming has no authentication: anyone who can reach port {port} "
+                          "can use this server; keep it on a trusted LAN", True))
+    return lines
+
+
 def bracketed(host: str) -> str:
     """An IPv6 address as a URL writes it: [::1]."""
     return f"[{host}]" if ":" in host else host

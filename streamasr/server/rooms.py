@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
+from streamasr.backends.options import Setting
 from streamasr.server import protocol
+from streamasr.server.limits import load_token
 from streamasr.server.protocol import ProtocolError
 
 log = logging.getLogger("streamasr")
@@ -57,6 +59,34 @@ class RoomOptions:
     viewer_buffer_bytes: int = 1 << 20  # a viewer's unsent bytes before it is dropped
     publish_token: str | None = None  # None: any session the server admits may publish
     view_token: str | None = None  # None: viewing is open
+
+    @classmethod
+    def from_options(cls, publish_token: str | None, view_token: str | None,
+                     **limits: int) -> RoomOptions:  # fmt: skip
+        """The rooms' settings given on the command line: the limits checked, each token
+        read from the file named."""
+        for setting in ROOM_SETTINGS:
+            setting.check(limits.get(setting.field))
+        publish = load_token(publish_token, "--publish-token-file") if publish_token else None
+        view = load_token(view_token, "--view-token-file") if view_token else None
+        return cls(**limits, publish_token=publish, view_token=view)
+
+
+#: The rooms' settings on the command line (`streamasr serve`); the default shown is
+#: RoomOptions'.
+ROOM_SETTINGS = (
+    Setting("max_viewers", "--max-viewers",
+            "Viewers of one room at most (/rooms/NAME); more are refused.", (1, 100_000)),
+    Setting("history_finals", "--room-history",
+            "Finals a room keeps (at most 30 minutes' worth) for viewers who join late or "
+            "reconnect.", (1, 100_000)),
+    Setting("publish_token", "--publish-token-file",
+            "File whose first line is the token a session must send to publish to a room (it "
+            "is also let in on /ws); none: any session may publish.", type=str | None),
+    Setting("view_token", "--view-token-file",
+            "File whose first line is the token viewers must send (?token=); none: viewing is "
+            "open.", type=str | None),
+)  # fmt: skip
 
 
 def presented_token(headers: Any, query: str) -> str | None:
@@ -118,18 +148,6 @@ class Room:
     def begin_utterance(self) -> None:
         """A new utterance of the publisher: its audio time starts again at 0."""
         self._base_s = self._end_s
-
-    def publish(self, lines: list[str]) -> None:
-        """`publish_records` for JSON lines (those that are not JSON objects are skipped)."""
-        records = []
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        self.publish_records(records)
 
     def publish_records(self, records: list[dict[str, Any]]) -> None:
         """Number the partials and finals among the publisher's records (as the WebSocket

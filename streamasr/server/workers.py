@@ -10,6 +10,9 @@ arriving clients is spread over the workers instead of taken by the first one aw
 The parent says it listens once every worker serves, passes SIGTERM/SIGINT on to them,
 and returns when they have all drained and exited.
 
+`serve` runs a ServerSetup (made and checked before anything loads) in this process, or
+with --workers in N forked ones, each loading its own model by the setup's plan.
+
 Metrics are gathered across workers with prometheus-client's multiprocess mode (a folder
 of per-process files, PROMETHEUS_MULTIPROC_DIR, set before any worker imports it).
 """
@@ -25,12 +28,99 @@ import signal
 import socket
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from streamasr.errors import StreamAsrError
+from streamasr.output.finishing import NONE, Finishing, load_finishing
+from streamasr.server.limits import ConnectionSlots, Security, ServerLimits
+
+if TYPE_CHECKING:
+    from streamasr.backends.base import BackendEntry
+    from streamasr.backends.plan import LoadPlan
+    from streamasr.server.app import StreamServer
+    from streamasr.server.rooms import RoomOptions
+    from streamasr.server.wyoming_listener import WyomingSetup
+    from streamasr.session.stream import StreamOptions
 
 log = logging.getLogger("streamasr")
+Ready = Callable[[list[tuple[str, int]]], None]
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: How long a worker may take to load its model and start serving.
 START_LIMIT_S = 600.0
+
+
+@dataclass(frozen=True)
+class ServerSetup:
+    """What every server process builds its server from, checked before the model loads:
+    the backend and its loading plan, the sessions' default feed, the limits and guards."""
+
+    entry: BackendEntry
+    plan: LoadPlan
+    feed: StreamOptions
+    limits: ServerLimits
+    security: Security
+    per_message: bool  # no feed block given anywhere: each message fed as it comes
+    finish_args: tuple[str | None, bool] = (None, False)  # --punctuate, --sentence-case
+    rooms: RoomOptions | None = None
+
+
+def load_server(
+    setup: ServerSetup, finishing: Finishing = NONE, slots: ConnectionSlots | None = None
+) -> StreamServer:
+    """Load the model by the plan and put a server over it. Once it is loaded, the steps'
+    freed blocks are reused instead of mapped anew each step (streamasr/memory.py)."""
+    from streamasr.memory import reuse_freed_blocks
+    from streamasr.server.app import StreamServer
+
+    recognizer = setup.plan.load(setup.entry)
+    log.info("model: %s", recognizer.description)
+    reuse_freed_blocks()
+    return StreamServer(
+        recognizer, setup.feed, setup.limits, setup.security,
+        per_message=setup.per_message, finishing=finishing, rooms=setup.rooms, slots=slots,
+    )  # fmt: skip
+
+
+def serve(
+    setup: ServerSetup, finishing: Finishing, host: str, port: int, workers: int, ready: Ready,
+    wyoming: WyomingSetup | None = None,
+) -> int | None:  # fmt: skip
+    """Load and serve until stopped (the stop signal's number; None if none came): here, or
+    in `workers` processes, each with its own model and punctuation model, sharing the
+    port and --max-connections."""
+    if workers == 1:
+        server = load_server(setup, finishing)
+        server.wyoming = wyoming  # serve --wyoming (server/wyoming_listener.py)
+        return run_server(server, host, port, ready)
+    slots = ConnectionSlots.shared(setup.limits.max_connections, workers)
+
+    def serve_in_worker(sock: socket.socket, worker_ready: Callable[[], None], index: int) -> None:
+        server = load_server(setup, load_finishing(*setup.finish_args), slots.worker(index))
+        run_server(server, None, None, lambda _: worker_ready(), sock)
+
+    try:
+        return run_workers(workers, host, port, serve_in_worker, ready, slots.forget_worker)
+    except RuntimeError as exc:
+        raise StreamAsrError(str(exc)) from None
+
+
+def run_server(
+    server: StreamServer,
+    host: str | None,
+    port: int | None,
+    on_ready: Callable[[list[tuple[str, int]]], None],
+    sock: socket.socket | None = None,
+) -> int | None:
+    """Run until stopped; the stop signal's number (None if none came).
+
+    `sock`: a listening socket to serve on (--workers share one); else one is bound to
+    `host` and `port`."""
+    if sock is None:
+        sock = bind(host or "0.0.0.0", port or 0)
+    asyncio.run(server.serve(sock, on_ready))
+    return server.stop_signal
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -43,8 +133,8 @@ def run_workers(
     workers: int,
     host: str,
     port: int,
-    serve_in_worker: Callable[[socket.socket, Callable[[], None], int], int | None],
-    on_ready: Callable[[list[tuple[str, int]]], None],
+    serve_in_worker: Callable[[socket.socket, Callable[[], None], int], object],
+    on_ready: Ready,
     on_exit: Callable[[int], None] = lambda index: None,
 ) -> int | None:
     """Fork `workers` processes running `serve_in_worker(sock, ready, index)`; the stop
