@@ -36,6 +36,8 @@ from streamasr.commands.serve_options import (
     MaxConnectionsOpt,
     MaxFrameOpt,
     MaxQueuedOpt,
+    MaxReadersOpt,
+    MaxRoomsOpt,
     MaxSessionOpt,
     MaxUploadOpt,
     MaxViewersOpt,
@@ -43,6 +45,7 @@ from streamasr.commands.serve_options import (
     PortOpt,
     PublishTokenOpt,
     RoomHistoryOpt,
+    RoomsOpt,
     ScheduleOpt,
     SendQueueOpt,
     TokenFileOpt,
@@ -116,6 +119,15 @@ def live_defaults(options: ModelOptions) -> ModelOptions:
         if not given and getattr(options, name) == getattr(built_in, name):
             changes[name] = value
     return dataclasses.replace(options, **changes)
+
+
+def warn_open_rooms(host: str, rooms: RoomOptions | None) -> None:
+    """A warning when other machines may make and publish to rooms with no token."""
+    from streamasr.server.reach import rooms_warning
+
+    warning = rooms and rooms_warning(host, rooms.publish_token is not None)
+    if warning:
+        err_console.print(f"[red]warning:[/red] {escape(warning)}", highlight=False)
 
 
 def say_reach(addresses: list[tuple[str, int]], page: str, exposure: Exposure) -> None:
@@ -203,26 +215,39 @@ def room_options(
     publish_token_file: str | None,
     view_token_file: str | None,
     workers: int,
+    broker: tuple[str | None, int, int] = (None, 256, 4000),
 ) -> RoomOptions | None:
-    """The rooms' settings, checked; None with --workers (a room lives in one process)."""
+    """The rooms' settings, checked; `broker`: --rooms, --max-rooms, --max-readers. None
+    with --workers and no --rooms (a room in-process lives in one process)."""
+    from streamasr.commands.serve_rooms import check_rooms_url, readers_limit
     from streamasr.server.limits import load_token
+    from streamasr.server.room_broker import rooms_url
     from streamasr.server.rooms import RoomOptions
 
+    url, max_rooms, max_readers = rooms_url(broker[0]), broker[1], broker[2]
     if not 1 <= max_viewers <= 100_000:
         raise UsageError(f"--max-viewers {max_viewers}: use a whole number from 1 to 100000")
     if not 1 <= room_history <= 100_000:
         raise UsageError(f"--room-history {room_history}: use a whole number from 1 to 100000")
+    if not 1 <= max_rooms <= 1_000_000:
+        raise UsageError(f"--max-rooms {max_rooms}: use a whole number from 1 to 1000000")
+    if not 1 <= max_readers <= 1_000_000:
+        raise UsageError(f"--max-readers {max_readers}: use a whole number from 1 to 1000000")
     publish = load_token(publish_token_file, "--publish-token-file") if publish_token_file else None
     view = load_token(view_token_file, "--view-token-file") if view_token_file else None
-    if workers > 1:
+    if url is not None:
+        check_rooms_url(url)
+    elif workers > 1:
         if publish is not None or view is not None:
             raise UsageError(
-                "rooms need one server process: drop --workers, or drop the room token files"
+                "rooms across --workers need --rooms redis://HOST:PORT/DB (a Redis every "
+                "worker shares); add it, or drop --workers, or drop the room token files"
             )
         return None
     return RoomOptions(
         max_viewers=max_viewers, history_finals=room_history, publish_token=publish,
-        view_token=view,
+        view_token=view, max_rooms=max_rooms, max_readers=readers_limit(max_readers),
+        url=url,
     )  # fmt: skip
 
 
@@ -404,6 +429,9 @@ def serve_command(
     publish_token_file: PublishTokenOpt = None,
     view_token_file: ViewTokenOpt = None,
     workers: WorkersOpt = 1,
+    rooms_at: RoomsOpt = None,
+    max_rooms: MaxRoomsOpt = 256,
+    max_readers: MaxReadersOpt = 4000,
     wyoming: WyomingOpt = None,
     sentence_case: SentenceCaseOpt = False,
     punctuate: PunctuateOpt = None,
@@ -433,7 +461,8 @@ def serve_command(
         security = server_security(token_file, allow_origin, certfile, keyfile)
         check_port_and_workers(port, workers)
         rooms = room_options(max_viewers, room_history, publish_token_file, view_token_file,
-                             workers)
+                             workers, (rooms_at, max_rooms, max_readers))
+        warn_open_rooms(host, rooms)
         wyoming_setup = wyoming_option(wyoming, workers)
         setup, finishing = prepare(model_options, limits, security, rooms,
                                    (punctuate, sentence_case))

@@ -126,3 +126,26 @@ WyomingOpt = Annotated[
         "tcp://0.0.0.0:10300; no authentication: for a trusted LAN only."
     ),
 ]
+RoomsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--rooms",
+        help="Where rooms live: redis://HOST:PORT/DB puts every room in Redis, so every "
+        "worker (--workers) and every server using it serves every room (else "
+        "$STREAMASR_ROOMS_URL; neither: in this process).",
+    ),
+]
+MaxRoomsOpt = Annotated[
+    int,
+    typer.Option(
+        help="Rooms at most (with --rooms redis://: in that Redis); a new room past it is "
+        "refused (1013). An idle room is let go after 30 minutes."
+    ),
+]
+MaxReadersOpt = Annotated[
+    int,
+    typer.Option(
+        help="Viewers of all rooms together, per server process; more are refused (4429, "
+        "HTTP 503), so sessions and /readyz keep their file handles."
+    ),
+]

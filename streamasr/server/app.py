@@ -27,7 +27,8 @@ from streamasr.server import protocol
 from streamasr.server.client_session import Refused, Stop
 from streamasr.server.limits import ConnectionSlots, Security, ServerLimits
 from streamasr.server.metrics import Metrics
-from streamasr.server.rooms import RoomOptions, Rooms, token_matches
+from streamasr.server.room_broker import make_broker
+from streamasr.server.rooms import RoomOptions, token_matches
 from streamasr.server.scheduler import Scheduler
 from streamasr.session.stream import StreamOptions
 
@@ -82,7 +83,7 @@ class StreamServer:
             recognizer, options, self.metrics, limits.max_batch, limits.max_wait_ms / 1000,
             per_message=per_message, finishing=finishing, schedule=limits.schedule,
         )
-        self.rooms = Rooms(rooms, self.metrics.registry) if rooms is not None else None
+        self.rooms = make_broker(rooms, self.metrics.registry) if rooms is not None else None
         # every open session, whatever its protocol: each is asked to stop at shutdown
         self.connections: set[Stoppable] = set()
         self.slots = slots or ConnectionSlots(limits.max_connections)
