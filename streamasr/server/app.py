@@ -27,8 +27,8 @@ from streamasr.server import protocol
 from streamasr.server.client_session import Refused, Stop
 from streamasr.server.limits import ConnectionSlots, Security, ServerLimits
 from streamasr.server.metrics import Metrics
-from streamasr.server.room_broker import make_broker
-from streamasr.server.rooms import RoomOptions, token_matches
+from streamasr.server.room_broker import RoomBroker
+from streamasr.server.rooms import RoomOptions, Rooms, token_matches
 from streamasr.server.scheduler import Scheduler
 from streamasr.session.stream import StreamOptions
 
@@ -46,6 +46,15 @@ ENGINE_WEDGED_S = 5.0
 #: runs Python that costs up to one interval per call, which on busy cores kept steps, and
 #: so first tokens and finals, late.
 SWITCH_INTERVAL_S = 0.0005
+
+
+def make_broker(options: RoomOptions, registry: object = None) -> RoomBroker:
+    """The rooms' broker `options.url` names: in this process (None) or Redis."""
+    if options.url is None:
+        return Rooms(options, registry)
+    from streamasr.server.room_redis import RedisRooms
+
+    return RedisRooms(options, registry)
 
 
 class Stoppable(Protocol):

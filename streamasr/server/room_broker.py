@@ -115,14 +115,3 @@ def register_gauges(
           registry=registry).set_function(viewers)  # fmt: skip
     Gauge("streamasr_room_publishers", "Rooms with a publisher connected",
           registry=registry).set_function(publishers)  # fmt: skip
-
-
-def make_broker(options: Any, registry: Any = None) -> RoomBroker:
-    """The broker `options.url` names: in-process (None) or Redis (redis://...)."""
-    if options.url is None:
-        from streamasr.server.rooms import Rooms
-
-        return Rooms(options, registry)
-    from streamasr.server.room_redis import RedisRooms
-
-    return RedisRooms(options, registry)
