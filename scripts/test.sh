@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 DEBIAN_PACKAGES=(espeak-ng sox pocketsphinx-testdata pulseaudio pulseaudio-utils
                  libportaudio2 libasound2-plugins alsa-utils tmux
                  flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
-                 wordnet-base chromium chromium-driver haproxy)
+                 wordnet-base chromium chromium-driver haproxy
+                 redis-server)
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 if ! dpkg -s "${DEBIAN_PACKAGES[@]}" >/dev/null 2>&1; then

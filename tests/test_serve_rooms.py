@@ -319,7 +319,9 @@ def test_tokens_and_viewer_limit(server: ServerProcess) -> None:
         (("mic", "--room", "talk"), "give --server URL too"),
         (("file", "x.wav", "--server", "ws://127.0.0.1:1/ws", "--room", "a/b"), "--room"),
         (("serve", "--max-viewers", "0"), "--max-viewers 0"),
-        (("serve", "--workers", "2", "--view-token-file", "README.md"), "one server process"),
+        (("serve", "--workers", "2", "--view-token-file", "README.md"), "need --rooms redis://"),
+        (("serve", "--rooms", "http://x"), "--rooms http://x: give redis://"),
+        (("serve", "--max-rooms", "0"), "--max-rooms 0"),
     ],
 )
 def test_room_options_are_usage_errors(args: tuple[str, ...], words: str) -> None:

@@ -25,6 +25,7 @@ from streamasr.commands.common import (
     with_settings,
 )
 from streamasr.commands.options import ModelOptions, preflight, with_model_options
+from streamasr.commands.serve_rooms import checked_rooms
 from streamasr.errors import StreamAsrError, UsageError
 from streamasr.extras import require
 from streamasr.output.finishing import Finishing, load_finishing
@@ -156,14 +157,16 @@ def say_stopped(stopped_by: int | None) -> None:
 
 
 def check_port_and_workers(port: int, workers: int, rooms: RoomOptions) -> None:
-    """--port and --workers in range; room tokens only in one process."""
+    """--port and --workers in range; room tokens across workers only with a shared broker."""
     if not 0 <= port <= 65535:
         raise UsageError(f"--port {port}: use 0-65535 (0 picks a free port)")
     if not 1 <= workers <= MAX_WORKERS:
         raise UsageError(f"--workers {workers}: use 1 to {MAX_WORKERS}")
-    if workers > 1 and (rooms.publish_token or rooms.view_token):
-        raise UsageError("rooms need one server process: drop --workers, or drop the room "
-                         "token files")  # fmt: skip
+    if workers > 1 and rooms.url is None and (rooms.publish_token or rooms.view_token):
+        raise UsageError(
+            "rooms across --workers need --rooms redis://HOST:PORT/DB (a Redis every worker "
+            "shares); add it, or drop --workers, or drop the room token files"
+        )
 
 
 HostOpt = Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")]
@@ -206,9 +209,11 @@ def serve_command(
     with cli_errors():
         require(SERVER_MODULES, "streamasr serve", "serve")
         check_port_and_workers(port, workers, rooms)
+        rooms = checked_rooms(rooms, host)
         wyoming_setup = wyoming_option(wyoming, workers)
-        setup, finishing = prepare(model_options, limits, security,
-                                   rooms if workers == 1 else None, (punctuate, sentence_case))
+        served = rooms if workers == 1 or rooms.url is not None else None
+        setup, finishing = prepare(model_options, limits, security, served,
+                                   (punctuate, sentence_case))
         stopped_by = listen(setup, finishing, host, port, workers, wyoming_setup)
     say_stopped(stopped_by)
 

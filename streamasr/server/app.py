@@ -27,6 +27,7 @@ from streamasr.server import protocol
 from streamasr.server.client_session import Refused, Stop
 from streamasr.server.limits import ConnectionSlots, Security, ServerLimits
 from streamasr.server.metrics import Metrics
+from streamasr.server.room_broker import RoomBroker
 from streamasr.server.rooms import RoomOptions, Rooms, token_matches
 from streamasr.server.scheduler import Scheduler
 from streamasr.session.stream import StreamOptions
@@ -45,6 +46,15 @@ ENGINE_WEDGED_S = 5.0
 #: runs Python that costs up to one interval per call, which on busy cores kept steps, and
 #: so first tokens and finals, late.
 SWITCH_INTERVAL_S = 0.0005
+
+
+def make_broker(options: RoomOptions, registry: object = None) -> RoomBroker:
+    """The rooms' broker `options.url` names: in this process (None) or Redis."""
+    if options.url is None:
+        return Rooms(options, registry)
+    from streamasr.server.room_redis import RedisRooms
+
+    return RedisRooms(options, registry)
 
 
 class Stoppable(Protocol):
@@ -82,7 +92,7 @@ class StreamServer:
             recognizer, options, self.metrics, limits.max_batch, limits.max_wait_ms / 1000,
             per_message=per_message, finishing=finishing, schedule=limits.schedule,
         )
-        self.rooms = Rooms(rooms, self.metrics.registry) if rooms is not None else None
+        self.rooms = make_broker(rooms, self.metrics.registry) if rooms is not None else None
         # every open session, whatever its protocol: each is asked to stop at shutdown
         self.connections: set[Stoppable] = set()
         self.slots = slots or ConnectionSlots(limits.max_connections)

@@ -25,8 +25,9 @@ import numpy as np
 
 from streamasr.errors import StreamAsrError
 from streamasr.server import protocol
-from streamasr.server.protocol import SessionConfig
-from streamasr.server.rooms import Publishing
+from streamasr.server.protocol import ProtocolError, SessionConfig
+from streamasr.server.room_broker import PublishingSeam
+from streamasr.server.rooms import NO_ROOMS
 from streamasr.server.utterance import Delivered, Utterance
 from streamasr.server.wire import Record, WireEncoder
 
@@ -85,7 +86,7 @@ class ClientSession:
         self.on_stop = on_stop
         self.token = token
         self.utterance: Utterance | None = None
-        self.publishing: Publishing | None = None
+        self.publishing: PublishingSeam | None = None
         self.failure: str | None = None
         self._failed = asyncio.Event()
         self.stop: Stop | None = None  # the server asked this session to end
@@ -117,7 +118,7 @@ class ClientSession:
         ProtocolError for settings the server cannot serve."""
         if self.utterance is not None:
             await self.finish()
-        self._publish(config)
+        await self._publish(config)
         publishing, on_events, on_records = self.publishing, self.on_events, self.on_records
         encoder = WireEncoder(config) if publishing is not None or on_records else None
 
@@ -233,12 +234,14 @@ class ClientSession:
             raise RuntimeError("no utterance is open: call open(config) first")
         return self.utterance
 
-    def _publish(self, config: SessionConfig) -> None:
+    async def _publish(self, config: SessionConfig) -> None:
         if self.publishing is None:
             if config.room is None:
                 return
-            self.publishing = Publishing(self.server.rooms, self.token)
-        self.publishing.begin(config.room, config.partials)
+            if self.server.rooms is None:
+                raise ProtocolError(protocol.CLOSE_POLICY, NO_ROOMS)
+            self.publishing = self.server.rooms.publishing(self.token)
+        await self.publishing.begin(config.room, config.partials)
 
     def _fail(self, reason: str) -> None:
         self.failure = reason

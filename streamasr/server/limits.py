@@ -19,6 +19,9 @@ from streamasr.session.batch import SCHEDULES
 from streamasr.whole_file import read_whole
 
 TOKEN_ENV = "STREAMASR_TOKEN"
+#: The scope key under which a request's connection (its asyncio transport) is found, so a
+#: route can abort a connection whose reader stopped reading (server/web.py puts it there).
+TRANSPORT = "streamasr.transport"
 
 
 @dataclass(frozen=True)

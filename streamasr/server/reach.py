@@ -154,3 +154,15 @@ def _by_host_name(family: socket.AddressFamily) -> list[str]:
     except OSError:
         return []
     return [str(info[4][0]) for info in found]
+
+
+def rooms_warning(host: str, publish_token: bool) -> str | None:
+    """One line when a server other machines reach lets anyone publish to (and make)
+    rooms: no --publish-token-file."""
+    if publish_token or is_local(host):
+        return None
+    return (
+        f"{host} is reachable from other machines and rooms have no publish token: anyone "
+        "who reaches it can make rooms and publish to them (or take a room over); add "
+        "--publish-token-file FILE"
+    )

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import io
 import json
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qs
@@ -34,13 +32,15 @@ from fastapi.responses import PlainTextResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from streamasr.server import protocol
+from streamasr.server.limits import TRANSPORT
+from streamasr.server.room_broker import BrokerDown, RoomBroker, RoomFull, RoomMissing, Viewer
+from streamasr.server.room_transcripts import rendered
 from streamasr.server.rooms import (
     CLOSE_FULL,
     CLOSE_TOKEN,
     CLOSE_UNKNOWN,
     KEEPALIVE_S,
-    Room,
-    Rooms,
+    NO_ROOMS,
     presented_token,
     token_matches,
 )
@@ -88,38 +88,58 @@ def check_name(name: str) -> str:
     return name
 
 
-def find_room(rooms: Rooms | None, name: str, token: str | None) -> Room:
-    """The room a viewer asks for, if it may see it; FeedError says why not."""
+def find_broker(rooms: RoomBroker | None, name: str, token: str | None) -> RoomBroker:
+    """The rooms' broker, if the viewer may see room `name`; FeedError says why not."""
     check_name(name)
     if rooms is None:
-        raise FeedError(404, CLOSE_UNKNOWN, "this server has no rooms (started with --workers N)")
+        raise FeedError(404, CLOSE_UNKNOWN, NO_ROOMS)
     if not token_matches(rooms.options.view_token, token):
         raise FeedError(
             401, CLOSE_TOKEN,
             "missing or wrong view token: add ?token=TOKEN to the address",
         )  # fmt: skip
-    room = rooms.get(name)
-    if room is None:
+    return rooms
+
+
+def _unknown(name: str) -> FeedError:
+    return FeedError(404, CLOSE_UNKNOWN, f"room {name} is unknown: no one has published to it yet")
+
+
+async def join(rooms: RoomBroker, name: str, viewer: Viewer, after: int) -> Callable[[], None]:
+    """The viewer joins the room (history, status, live); FeedError when it cannot."""
+    try:
+        return await rooms.view(name, viewer, after)
+    except RoomMissing:
+        raise _unknown(name) from None
+    except RoomFull as exc:
+        raise FeedError(503, CLOSE_FULL, str(exc)) from None
+    except BrokerDown:
         raise FeedError(
-            404, CLOSE_UNKNOWN,
-            f"room {name} is unknown: no one has published to it yet",
-        )  # fmt: skip
-    return room
+            503, protocol.CLOSE_TRY_LATER, "the rooms' broker is unreachable; try again later"
+        ) from None
 
 
 class QueuedViewer:
     """A viewer whose events wait in a bounded queue for its feed to send them."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, transport: asyncio.BaseTransport | None = None) -> None:
+        """`transport`: the connection, aborted when a closed viewer's feed has not sent
+        what it holds within CLOSE_FLUSH_S (a reader that stopped reading)."""
         self.limit = limit
         self.queue: deque[tuple[int | None, str]] = deque()
         self.queued_bytes = 0
+        self.last_seq = 0  # the last room_seq queued: one seen again is not sent again
         self.closing: tuple[int, str] | None = None
+        self.transport = transport
         self._wake = asyncio.Event()
 
     def write(self, seq: int | None, line: str) -> bool:
         if self.closing is not None or self.queued_bytes > self.limit:
             return False
+        if seq is not None:
+            if seq <= self.last_seq:
+                return True
+            self.last_seq = seq
         self.queue.append((seq, line))
         self.queued_bytes += len(line)
         self._wake.set()
@@ -129,6 +149,14 @@ class QueuedViewer:
         if self.closing is None:
             self.closing = (code, protocol.close_reason(reason))
             self._wake.set()
+            if self.transport is not None:
+                asyncio.get_running_loop().call_later(CLOSE_FLUSH_S, self._abort_if_stuck)
+
+    def _abort_if_stuck(self) -> None:
+        """Drop the connection if bytes are still unsent: a close would wait for them."""
+        transport = self.transport
+        if isinstance(transport, asyncio.WriteTransport) and transport.get_write_buffer_size():
+            transport.abort()
 
     def keepalive(self) -> None:
         """The feeds keep their connections alive themselves (WebSocket pings, SSE
@@ -169,14 +197,12 @@ def _token(scope_owner: Request | WebSocket) -> str | None:
 )
 async def sse_feed(request: Request, name: str) -> Response:
     try:
-        room = find_room(_server(request).rooms, name, _token(request))
+        rooms = find_broker(_server(request).rooms, name, _token(request))
         after = _after(request.url.query, request.headers.get("Last-Event-ID"))
+        viewer = QueuedViewer(rooms.options.viewer_buffer_bytes, request.scope.get(TRANSPORT))
+        leave = await join(rooms, name, viewer, after)
     except FeedError as exc:
         return exc.response()
-    if len(room.viewers) >= room.options.max_viewers:
-        return FeedError(503, CLOSE_FULL, f"room {name} is full; try again later").response()
-    viewer = QueuedViewer(room.options.viewer_buffer_bytes)
-    room.join(viewer, after)
 
     async def feed() -> AsyncIterator[ServerSentEvent]:
         try:
@@ -188,7 +214,7 @@ async def sse_feed(request: Request, name: str) -> Response:
                 yield ServerSentEvent(data=json.dumps({"type": "close", "code": code,
                                                        "reason": reason}))  # fmt: skip
         finally:
-            room.leave(viewer)
+            leave()
 
     return EventSourceResponse(
         feed(), headers={**NO_STORE, "X-Accel-Buffering": "no"}, sep="\n",
@@ -207,12 +233,19 @@ async def sse_feed(request: Request, name: str) -> Response:
         404: {"description": "No such room"},
     },
 )
-def transcript_route(request: Request, name: str, fmt: Literal["txt", "srt", "vtt"]) -> Response:
+async def transcript_route(
+    request: Request, name: str, fmt: Literal["txt", "srt", "vtt"]
+) -> Response:
     try:
-        room = find_room(_server(request).rooms, name, _token(request))
+        rooms = find_broker(_server(request).rooms, name, _token(request))
+        last_seq, finals = await rooms.finals(name)
     except FeedError as exc:
         return exc.response()
-    body = transcript(room, fmt).encode("utf-8")
+    except RoomMissing:
+        return _unknown(name).response()
+    except BrokerDown:
+        return FeedError(503, 0, "the rooms' broker is unreachable; try again later").response()
+    body = await rendered(name, last_seq, finals, fmt)
     disposition = f'attachment; filename="{name}.{fmt}"'
     return Response(body, media_type=TRANSCRIPTS[fmt],
                     headers={**NO_STORE, "Content-Disposition": disposition})  # fmt: skip
@@ -234,13 +267,13 @@ async def ws_feed(websocket: WebSocket, name: str) -> None:
     try:
         if server.stopping:
             raise FeedError(503, protocol.CLOSE_GOING_AWAY, "server shutting down")
-        room = find_room(server.rooms, name, _token(websocket))
+        rooms = find_broker(server.rooms, name, _token(websocket))
         after = _after(websocket.url.query, None)
+        viewer = QueuedViewer(rooms.options.viewer_buffer_bytes, websocket.scope.get(TRANSPORT))
+        leave = await join(rooms, name, viewer, after)
     except FeedError as exc:
         await websocket.close(exc.code, exc.reason)
         return
-    viewer = QueuedViewer(room.options.viewer_buffer_bytes)
-    room.join(viewer, after)
 
     async def send() -> None:
         async for _, line in viewer.events():
@@ -264,7 +297,7 @@ async def ws_feed(websocket: WebSocket, name: str) -> None:
             with contextlib.suppress(Exception):
                 await websocket.close(*viewer.closing)
     finally:
-        room.leave(viewer)
+        leave()
         for task in (sending, receiving):
             task.cancel()
         await asyncio.gather(sending, receiving, return_exceptions=True)
@@ -296,40 +329,12 @@ def _after(query: str, last_event_id: str | None) -> int:
     raw = values[0] if values else last_event_id
     if raw is None or raw == "":
         return 0
-    if not raw.isdigit() or int(raw) > MAX_AFTER:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 16 or int(raw) > MAX_AFTER:
         raise FeedError(
             400, protocol.CLOSE_INVALID,
             "after must be the last room_seq seen (a whole number)",
         )  # fmt: skip
     return int(raw)
-
-
-def transcript(room: Room, fmt: str) -> str:
-    """The room's kept finals as `streamasr file --format FMT` writes them (same cue rules)."""
-    from rich.console import Console
-
-    from streamasr.output.render import SubtitleRenderer, TextRenderer
-    from streamasr.server.client import event_from_record
-    from streamasr.session.events import Final
-    from streamasr.text.captions import Word
-
-    out = io.StringIO()
-    quiet = Console(file=io.StringIO())
-    renderer: TextRenderer | SubtitleRenderer
-    if fmt == "txt":
-        renderer = TextRenderer(out, quiet, realtime=False, quiet=True)
-    else:
-        renderer = SubtitleRenderer(out, quiet, realtime=False, vtt=fmt == "vtt", quiet=True)
-    renderer.begin("")
-    for record in room.finals():
-        words = tuple(Word(**word) for word in record.get("words", ()))
-        final = event_from_record({**record, "words": []})
-        if words and isinstance(final, Final):
-            final = dataclasses.replace(final, words=words)
-        renderer.event(final)
-    if fmt == "vtt" and not out.getvalue():
-        return "WEBVTT\n\n"
-    return out.getvalue()
 
 
 def _static(name: str) -> bytes:

@@ -26,13 +26,21 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import parse_qs
 
 from streamasr.backends.options import Setting
 from streamasr.server import protocol
 from streamasr.server.limits import load_token
 from streamasr.server.protocol import ProtocolError
+from streamasr.server.room_broker import (
+    RoomFull,
+    RoomMissing,
+    Viewer,
+    register_gauges,
+    rooms_url,
+    status_line,
+)
 
 log = logging.getLogger("streamasr")
 
@@ -59,17 +67,19 @@ class RoomOptions:
     viewer_buffer_bytes: int = 1 << 20  # a viewer's unsent bytes before it is dropped
     publish_token: str | None = None  # None: any session the server admits may publish
     view_token: str | None = None  # None: viewing is open
+    max_readers: int = 4000  # viewers of all rooms of this process together
+    url: str | None = None  # the broker: None in-process, redis://HOST:PORT/DB in Redis
 
     @classmethod
     def from_options(cls, publish_token: str | None, view_token: str | None,
-                     **limits: int) -> RoomOptions:  # fmt: skip
+                     url: str | None = None, **limits: int) -> RoomOptions:  # fmt: skip
         """The rooms' settings given on the command line: the limits checked, each token
-        read from the file named."""
+        read from the file named; the broker --rooms, else $STREAMASR_ROOMS_URL."""
         for setting in ROOM_SETTINGS:
             setting.check(limits.get(setting.field))
         publish = load_token(publish_token, "--publish-token-file") if publish_token else None
         view = load_token(view_token, "--view-token-file") if view_token else None
-        return cls(**limits, publish_token=publish, view_token=view)
+        return cls(**limits, publish_token=publish, view_token=view, url=rooms_url(url))
 
 
 #: The rooms' settings on the command line (`streamasr serve`); the default shown is
@@ -86,6 +96,16 @@ ROOM_SETTINGS = (
     Setting("view_token", "--view-token-file",
             "File whose first line is the token viewers must send (?token=); none: viewing is "
             "open.", type=str | None),
+    Setting("url", "--rooms",
+            "Where rooms live: redis://HOST:PORT/DB puts every room in Redis, so every worker "
+            "(--workers) and every server using it serves every room (else "
+            "$STREAMASR_ROOMS_URL; neither: in this process).", type=str | None),
+    Setting("max_rooms", "--max-rooms",
+            "Rooms at most (with --rooms redis://: in that Redis); a new room past it is "
+            "refused (1013). An idle room is let go after 30 minutes.", (1, 1_000_000)),
+    Setting("max_readers", "--max-readers",
+            "Viewers of all rooms together, per server process; more are refused (4429, HTTP "
+            "503), so sessions and /readyz keep their file handles.", (1, 1_000_000)),
 )  # fmt: skip
 
 
@@ -105,16 +125,6 @@ def token_matches(expected: str | None, presented: str | None) -> bool:
     if presented is None:
         return False
     return hmac.compare_digest(presented.encode("utf-8"), expected.encode("utf-8"))
-
-
-class Viewer(Protocol):
-    """One subscriber: writes without waiting; False when it cannot take more (dropped)."""
-
-    def write(self, seq: int | None, line: str) -> bool: ...
-
-    def close(self, code: int, reason: str) -> None: ...
-
-    def keepalive(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -183,14 +193,7 @@ class Room:
 
     def status(self) -> str:
         """The room's status event: whether someone publishes, the last room_seq so far."""
-        return json.dumps(
-            {
-                "type": "status",
-                "room": self.name,
-                "publisher": self.publisher is not None,
-                "last_room_seq": self.seq,
-            }
-        )
+        return status_line(self.name, self.publisher is not None, self.seq)
 
     def set_publisher(self, publisher: Publishing | None) -> None:
         self.publisher = publisher
@@ -225,7 +228,7 @@ class Room:
     def finals(self) -> list[dict[str, Any]]:
         """The kept finals' records, times moved onto the room's clock (utterance after
         utterance), for the transcripts."""
-        return [_shifted(kept.record, kept.base_s) for kept in self.history]
+        return [shifted(kept.record, kept.base_s) for kept in self.history]
 
     def tidy(self, now_s: float) -> None:
         """Let go of history older than history_s; keep idle viewers' connections alive."""
@@ -235,7 +238,7 @@ class Room:
             viewer.keepalive()
 
 
-def _shifted(record: dict[str, Any], base_s: float) -> dict[str, Any]:
+def shifted(record: dict[str, Any], base_s: float) -> dict[str, Any]:
     if not base_s:
         return record
     moved = dict(record)
@@ -265,20 +268,36 @@ class Rooms:
             self._metrics(registry)
 
     def _metrics(self, registry: Any) -> None:
-        from prometheus_client import Gauge
+        register_gauges(
+            registry, lambda: len(self.rooms), self.reader_count,
+            lambda: sum(room.publisher is not None for room in self.rooms.values()),
+        )  # fmt: skip
 
-        Gauge(
-            "streamasr_rooms", "Rooms (with a publisher, viewers or kept finals)",
-            registry=registry,
-        ).set_function(lambda: len(self.rooms))  # fmt: skip
-        Gauge(
-            "streamasr_room_viewers", "Viewers of all rooms (WebSocket and SSE)",
-            registry=registry,
-        ).set_function(lambda: sum(len(room.viewers) for room in self.rooms.values()))
-        Gauge(
-            "streamasr_room_publishers", "Rooms with a publisher connected",
-            registry=registry,
-        ).set_function(lambda: sum(room.publisher is not None for room in self.rooms.values()))
+    # -- the broker seam (server/room_broker.py) ----------------------------------------------
+
+    def publishing(self, token: str | None) -> Publishing:
+        return Publishing(self, token)
+
+    def reader_count(self) -> int:
+        return sum(len(room.viewers) for room in self.rooms.values())
+
+    async def view(self, name: str, viewer: Viewer, after: int) -> Callable[[], None]:
+        room = self.rooms.get(name)
+        if room is None:
+            raise RoomMissing(name)
+        if self.reader_count() >= self.options.max_readers:
+            raise RoomFull(f"server has {self.options.max_readers} readers (--max-readers)")
+        if len(room.viewers) >= self.options.max_viewers:
+            raise RoomFull(f"room {name} is full ({self.options.max_viewers} viewers, "
+                           "--max-viewers); try again later")  # fmt: skip
+        room.join(viewer, after)
+        return lambda: room.leave(viewer)
+
+    async def finals(self, name: str) -> tuple[int, list[dict[str, Any]]]:
+        room = self.rooms.get(name)
+        if room is None:
+            raise RoomMissing(name)
+        return room.seq, room.finals()
 
     def get(self, name: str) -> Room | None:
         return self.rooms.get(name)
@@ -290,18 +309,14 @@ class Rooms:
         A new publisher takes over from one still connected (which goes on decoding for
         itself only): a speaker whose connection dropped without a close, and who connects
         again, is not kept out until the server notices the old connection is dead."""
-        if not token_matches(self.options.publish_token, token):
-            raise ProtocolError(
-                protocol.CLOSE_POLICY,
-                f"room {name}: publishing needs the publish token "
-                "(--publish-token-file); send it as the bearer token",
-            )
+        check_publish_token(self.options, name, token)
         room = self.rooms.get(name)
         if room is None:
             if len(self.rooms) >= self.options.max_rooms:
                 raise ProtocolError(
                     protocol.CLOSE_TRY_LATER,
-                    f"server has {self.options.max_rooms} rooms already; try again later",
+                    f"server has {self.options.max_rooms} rooms already (--max-rooms); "
+                    "try again later",
                 )
             room = self.rooms[name] = Room(name, self.options)
             self._start_tidier()
@@ -352,27 +367,17 @@ class Rooms:
 class Publishing:
     """A connection's part in a room: claims it per utterance, forwards its lines."""
 
-    def __init__(self, rooms: Rooms | None, token: str | None) -> None:
+    def __init__(self, rooms: Rooms, token: str | None) -> None:
         self.rooms = rooms
         self.token = token
         self.room: Room | None = None
 
-    def begin(self, name: str | None, partials: str) -> None:
+    async def begin(self, name: str | None, partials: str) -> None:
         """An utterance's config: publish to `name` (None: to no room)."""
-        if name is not None and self.rooms is None:
-            raise ProtocolError(
-                protocol.CLOSE_POLICY,
-                "this server has no rooms (started with --workers N); publish to a server "
-                "with one worker",
-            )
-        if name is not None and partials != "full":
-            raise ProtocolError(
-                protocol.CLOSE_INVALID,
-                'config: a room needs partials "full" (viewers may join at any partial)',
-            )
+        check_publishable(name, partials)
         if self.room is not None and self.room.name != name:
             self.end()
-        if name is not None and self.rooms is not None:
+        if name is not None:
             self.room = self.rooms.claim(name, self, self.token)
             self.room.begin_utterance()
 
@@ -382,6 +387,32 @@ class Publishing:
 
     def end(self) -> None:
         """The connection closes (or moves to another room)."""
-        if self.room is not None and self.rooms is not None:
+        if self.room is not None:
             self.rooms.release(self.room, self)
         self.room = None
+
+
+#: Why a session of a server without rooms cannot publish.
+NO_ROOMS = (
+    "this server has no rooms (started with --workers N): start it with --rooms "
+    "redis://HOST:PORT/DB, or with one worker"
+)
+
+
+def check_publishable(name: str | None, partials: str) -> None:
+    """ProtocolError for a config that names a room with partials a room cannot carry."""
+    if name is not None and partials != "full":
+        raise ProtocolError(
+            protocol.CLOSE_INVALID,
+            'config: a room needs partials "full" (viewers may join at any partial)',
+        )
+
+
+def check_publish_token(options: RoomOptions, name: str, token: str | None) -> None:
+    """ProtocolError when the publish token is set and `token` is not it."""
+    if not token_matches(options.publish_token, token):
+        raise ProtocolError(
+            protocol.CLOSE_POLICY,
+            f"room {name}: publishing needs the publish token "
+            "(--publish-token-file); send it as the bearer token",
+        )

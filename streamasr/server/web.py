@@ -22,7 +22,7 @@ from fastapi.responses import PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from streamasr.server import openai_realtime, openai_rest, room_feeds, ws_adapter
-from streamasr.server.limits import Security, ServerLimits
+from streamasr.server.limits import TRANSPORT, Security, ServerLimits
 from streamasr.version import __version__
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def web_server(app: FastAPI, limits: ServerLimits, security: Security) -> uvicor
     config = uvicorn.Config(
         app,
         http=_first_request_deadline(limits.handshake_timeout_s),
-        ws="websockets-sansio",
+        ws=_abortable_websockets(),
         ws_max_size=limits.max_frame_bytes,
         ws_per_message_deflate=False,
         lifespan="off",
@@ -155,6 +155,10 @@ def _first_request_deadline(seconds: float) -> type[asyncio.Protocol]:
             super().connection_made(transport)
             self.loop.call_later(seconds, self._first_request_due)
 
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self.scope[TRANSPORT] = self.transport  # type: ignore[literal-required]
+
         def _first_request_due(self) -> None:
             transport = self.transport
             if transport.is_closing() or transport.get_protocol() is not self:
@@ -163,6 +167,21 @@ def _first_request_deadline(seconds: float) -> type[asyncio.Protocol]:
                 transport.close()
 
     return FirstRequestDeadline
+
+
+def _abortable_websockets() -> type[asyncio.Protocol]:
+    """uvicorn's WebSocket protocol with the connection's transport in the scope, so a
+    route can abort a connection whose reader stopped reading (a close would wait for the
+    unsent bytes for ever)."""
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+    class Abortable(WebSocketsSansIOProtocol):
+        def handle_connect(self, event: Any) -> None:
+            super().handle_connect(event)
+            if getattr(self, "scope", None) is not None:
+                self.scope[TRANSPORT] = self.transport  # type: ignore[literal-required]
+
+    return Abortable
 
 
 class _Server(uvicorn.Server):

@@ -1,0 +1,222 @@
+"""Rooms across servers through a real Redis (`serve --rooms redis://...`).
+
+A publisher on server A; WebSocket and SSE readers on server B and on a `--workers 2`
+server: each reader gets the finals `streamasr file` prints, each once, in order, whichever
+server it reached; a late reader catches up; a reader that moves to another server with the
+last room_seq it saw misses nothing and repeats nothing, also when its server was killed;
+Redis stopped and started again mid-talk: the publisher's own captions go on, readers are
+told the room is interrupted, and the room continues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis_fixture import RedisProcess, redis_server
+from room_clients import Seen, publisher_gone, sse_view, ws_view
+from serve_fixture import (
+    REPO,
+    ServerProcess,
+    clip,
+    comparable,
+    file_events,
+    http_get,
+    serve,
+    wait_for,
+)
+
+pytest.importorskip("redis")
+
+TALK = [clip(0), clip(1), clip(2), clip(3)]
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
+    with redis_server(tmp_path_factory.mktemp("redis")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def server_a(redis: RedisProcess) -> Iterator[ServerProcess]:
+    # --max-batch 1: texts are compared with `streamasr file`'s (docs/performance.md)
+    with serve("--rooms", redis.url, "--max-batch", "1") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def workers(redis: RedisProcess) -> Iterator[ServerProcess]:
+    with serve("--workers", "2", env={"STREAMASR_ROOMS_URL": redis.url}) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def server_b(redis: RedisProcess) -> Iterator[ServerProcess]:
+    with serve("--rooms", redis.url) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def expected() -> list[dict[str, Any]]:
+    events = file_events(*TALK)
+    return comparable([r for path in TALK for r in events[path] if r["type"] == "final"])
+
+
+def publish(server: ServerProcess, room: str, *paths: str) -> subprocess.Popen[str]:
+    """`streamasr file PATHS --server URL --room ROOM --realtime --format jsonl`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "streamasr", "file", *paths, "--server", server.url,
+         "--room", room, "--format", "jsonl", "--realtime"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def published_finals(publisher: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    out, err = publisher.communicate(timeout=120)
+    assert publisher.returncode == 0, err
+    return comparable([r for r in map(json.loads, out.splitlines()) if r["type"] == "final"])
+
+
+def ws_url(server: ServerProcess, room: str, query: str = "") -> str:
+    return f"ws://127.0.0.1:{server.port}/rooms/{room}/ws{query}"
+
+
+def without_room(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "room_seq"} for r in comparable(records)]
+
+
+def room_exists(server: ServerProcess, room: str) -> bool:
+    return http_get(f"{server.http}/rooms/{room}/transcript.txt")[0] == 200
+
+
+def once_in_order(seen: Seen) -> None:
+    assert seen.seqs == sorted(set(seen.seqs))
+
+
+def test_readers_on_other_servers_get_what_file_prints(
+    server_a: ServerProcess, server_b: ServerProcess, workers: ServerProcess,
+    expected: list[dict[str, Any]],
+) -> None:  # fmt: skip
+    publisher = publish(server_a, "talk", *TALK)
+    assert wait_for(lambda: room_exists(server_b, "talk"))
+
+    async def view() -> list[Seen]:
+        readers = [
+            ws_view(ws_url(server_b, "talk"), publisher_gone),
+            ws_view(ws_url(workers, "talk"), publisher_gone),
+            sse_view(server_b.port, "/rooms/talk/events", publisher_gone),
+            sse_view(workers.port, "/rooms/talk/events", publisher_gone),
+        ]
+        done = await asyncio.gather(*readers)
+        return [d if isinstance(d, Seen) else d[1] for d in done]
+
+    seen = asyncio.run(view())
+    assert published_finals(publisher) == expected
+    for reader in seen:
+        assert without_room(reader.finals) == expected
+        once_in_order(reader)
+    # a late reader, on any server, gets the kept finals, then the status
+    for server in (server_b, workers, server_a):
+        late = asyncio.run(ws_view(ws_url(server, "talk"), lambda r: r["type"] == "status"))
+        assert without_room(late.finals) == expected
+        assert late.events[-1]["publisher"] is False
+        assert late.events[-1]["last_room_seq"] == seen[0].seqs[-1]
+    text = "".join(r["text"] + "\n" for r in expected)
+    assert http_get(f"{workers.http}/rooms/talk/transcript.txt") == (200, text)
+
+
+def test_a_reader_moving_servers_misses_nothing(
+    server_a: ServerProcess, server_b: ServerProcess, workers: ServerProcess,
+    expected: list[dict[str, Any]],
+) -> None:  # fmt: skip
+    publisher = publish(server_a, "moving", *TALK)
+    assert wait_for(lambda: room_exists(server_b, "moving"))
+
+    async def move() -> tuple[Seen, Seen, tuple[int, Seen]]:
+        first = await ws_view(ws_url(server_b, "moving"), lambda r: r["type"] == "final")
+        after = first.seqs[-1]
+        rest = await ws_view(ws_url(workers, "moving", f"?after={after}"), publisher_gone)
+        # an EventSource moving with Last-Event-ID
+        sse = await sse_view(
+            server_b.port, "/rooms/moving/events", lambda r: r["type"] == "status",
+            headers={"Last-Event-ID": str(after)},
+        )  # fmt: skip
+        return first, rest, sse
+
+    first, rest, (status, sse) = asyncio.run(move())
+    assert published_finals(publisher) == expected
+    joined = first.finals + rest.finals
+    assert rest.finals and without_room(joined) == expected
+    assert [r["room_seq"] for r in joined] == sorted({r["room_seq"] for r in joined})
+    assert status == 200 and sse.finals == rest.finals
+
+
+def test_a_killed_server_s_readers_reconnect_elsewhere(
+    redis: RedisProcess, server_a: ServerProcess, workers: ServerProcess,
+    expected: list[dict[str, Any]],
+) -> None:  # fmt: skip
+    with serve("--rooms", redis.url) as doomed:
+        publisher = publish(server_a, "killed", *TALK)
+        assert wait_for(lambda: room_exists(doomed, "killed"))
+
+        async def watch() -> tuple[Seen, Seen]:
+            seen = Seen()
+            watching = asyncio.ensure_future(
+                ws_view(ws_url(doomed, "killed"), publisher_gone, seen=seen)
+            )
+            while not seen.finals:
+                await asyncio.sleep(0.05)
+            doomed.process.send_signal(signal.SIGKILL)
+            await watching  # the connection drops
+            query = f"?after={seen.seqs[-1]}"
+            return seen, await ws_view(ws_url(workers, "killed", query), publisher_gone)
+
+        before, after = asyncio.run(watch())
+        assert before.code != 1000 and after.finals  # dropped mid-talk
+    assert published_finals(publisher) == expected
+    joined = before.finals + after.finals
+    assert without_room(joined) == expected
+    assert [r["room_seq"] for r in joined] == sorted({r["room_seq"] for r in joined})
+
+
+def test_redis_restarted_mid_talk_the_room_continues(
+    redis: RedisProcess, server_a: ServerProcess, server_b: ServerProcess,
+    expected: list[dict[str, Any]],
+) -> None:  # fmt: skip
+    publisher = publish(server_a, "restart", *TALK)
+    assert wait_for(lambda: room_exists(server_b, "restart"))
+
+    async def watch() -> Seen:
+        seen = Seen()
+        watching = asyncio.ensure_future(
+            ws_view(ws_url(server_b, "restart"), publisher_gone, seen=seen)
+        )
+        while not seen.finals:
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(redis.stop)
+        await asyncio.sleep(1.5)
+        await asyncio.to_thread(redis.start)
+        return await asyncio.wait_for(watching, 60)
+
+    seen = asyncio.run(watch())
+    # the publisher's own captions went on, whole
+    assert published_finals(publisher) == expected
+    statuses = [r for r in seen.events if r["type"] == "status"]
+    assert any(r.get("interrupted") for r in statuses)
+    assert not statuses[-1].get("interrupted")
+    assert without_room(seen.finals) == expected
+    once_in_order(seen)
+
+
+def test_hostile_names_never_become_keys(server_b: ServerProcess) -> None:
+    """A name that would be a Redis key pattern or command is refused before Redis."""
+    for name in ("a*", "a:b", "a%0d%0aFLUSHALL", "x" * 65):
+        assert http_get(f"{server_b.http}/rooms/{name}/transcript.txt")[0] in (400, 404)
+    assert http_get(f"{server_b.http}/rooms/talk/events?after=%C2%B2")[0] == 400
+    assert http_get(f"{server_b.http}/rooms/talk/events?after={'9' * 5000}")[0] == 400
