@@ -12,7 +12,7 @@ from serve_fixture import ServerProcess, clip, http_get, serve, stream_clip
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from streamasr.server.reach import rooms_warning
+from streamasr.server.reach import Exposure, exposure_warning
 
 FILE_SETTINGS = {"block_ms": "chunk", "tail_padding_s": 0.66}
 
@@ -56,7 +56,14 @@ def test_room_and_reader_limits_hold_and_the_server_keeps_answering() -> None:
 
 
 def test_a_reachable_server_without_a_publish_token_warns() -> None:
-    warning = rooms_warning("0.0.0.0", publish_token=False)
-    assert warning is not None and "--publish-token-file" in warning
-    assert rooms_warning("0.0.0.0", publish_token=True) is None
-    assert rooms_warning("127.0.0.1", publish_token=False) is None
+    reachable, loopback = [("0.0.0.0", 6006)], [("127.0.0.1", 6006)]
+    for tls in (False, True):
+        warning = exposure_warning(reachable, Exposure(token=False, tls=tls, open_rooms=True))
+        assert warning is not None and "publish to them" in warning
+        assert "--publish-token-file" in warning
+        guarded = exposure_warning(reachable, Exposure(token=False, tls=tls))
+        assert guarded is not None and "--publish-token-file" not in guarded
+    # a server token guards publishing too (a publisher must present it)
+    with_token = exposure_warning(reachable, Exposure(token=True, tls=False, open_rooms=True))
+    assert with_token is not None and "publish" not in with_token
+    assert exposure_warning(loopback, Exposure(token=False, tls=False, open_rooms=True)) is None

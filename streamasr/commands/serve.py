@@ -136,7 +136,9 @@ def listen(
     from streamasr.server.workers import serve
 
     security = setup.security
-    exposure = Exposure(token=security.token is not None, tls=security.certfile is not None)
+    open_rooms = setup.rooms is not None and setup.rooms.publish_token is None
+    exposure = Exposure(token=security.token is not None, tls=security.certfile is not None,
+                        open_rooms=open_rooms)
     ready: Ready = lambda bound: say(listening_lines(bound, exposure))  # noqa: E731
     try:
         return serve(setup, finishing, host, port, workers, ready, wyoming)
@@ -209,7 +211,7 @@ def serve_command(
     with cli_errors():
         require(SERVER_MODULES, "streamasr serve", "serve")
         check_port_and_workers(port, workers, rooms)
-        rooms = checked_rooms(rooms, host)
+        rooms = checked_rooms(rooms)
         wyoming_setup = wyoming_option(wyoming, workers)
         served = rooms if workers == 1 or rooms.url is not None else None
         setup, finishing = prepare(model_options, limits, security, served,

@@ -11,9 +11,7 @@ import logging
 import resource
 from urllib.parse import urlsplit
 
-from streamasr.commands.common import err_console
 from streamasr.errors import DependencyError, UsageError
-from streamasr.server.reach import rooms_warning
 from streamasr.server.rooms import RoomOptions
 
 log = logging.getLogger("streamasr")
@@ -60,13 +58,10 @@ def readers_limit(max_readers: int) -> int:
     return max_readers
 
 
-def checked_rooms(rooms: RoomOptions, host: str) -> RoomOptions:
+def checked_rooms(rooms: RoomOptions) -> RoomOptions:
     """The rooms' settings once what lies outside is looked at: the broker answers (or is
-    said not to), the readers fit the file handles, and a warning when other machines may
-    make rooms and publish to them with no token."""
+    said not to), the readers fit the file handles. (Who may publish on a reachable port is
+    in serve's one exposure warning, server/reach.py.)"""
     if rooms.url is not None:
         check_rooms_url(rooms.url)
-    warning = rooms_warning(host, rooms.publish_token is not None)
-    if warning:
-        err_console.print(f"[red]warning:[/red] {warning}", highlight=False)
     return dataclasses.replace(rooms, max_readers=readers_limit(rooms.max_readers))

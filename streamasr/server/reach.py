@@ -23,10 +23,12 @@ _IF_INET6 = Path("/proc/net/if_inet6")  # Linux: every interface's IPv6 addresse
 
 @dataclass(frozen=True)
 class Exposure:
-    """What guards a server: a bearer token, TLS."""
+    """What guards a server: a bearer token, TLS; `open_rooms`: it serves rooms with no
+    publish token (without a token, anyone may then make rooms and publish to them)."""
 
     token: bool
     tls: bool
+    open_rooms: bool = False
 
 
 def is_local(host: str) -> bool:
@@ -57,18 +59,23 @@ def exposure_warning(bound: list[tuple[str, int]], exposure: Exposure) -> str | 
     where = f"{' and '.join(outside)} {verb} reachable from other machines"
     tls = "--certfile CERT.pem --keyfile KEY.pem (TLS)"
     token = "--token-file FILE (clients then send the token)"
+    rooms = ""
+    if exposure.open_rooms:
+        token += " or, for rooms alone, --publish-token-file FILE"
+        rooms = ", make rooms and publish to them"
     if not exposure.token and not exposure.tls:
         return (
-            f"{where} with no token and no TLS: anyone who reaches it can stream audio to it "
-            f"and read the transcripts, in clear text; add {token} and {tls}, or serve on "
-            "--host 127.0.0.1"
+            f"{where} with no token and no TLS: anyone who reaches it can stream audio to "
+            f"it{rooms} and read the transcripts, in clear text; add {token} and {tls}, or "
+            "serve on --host 127.0.0.1"
         )
     if not exposure.tls:
         return (
             f"{where} without TLS: the token, the audio and the transcripts cross the network "
             f"in clear text; add {tls}"
         )
-    return f"{where} with no token: anyone who reaches it can stream audio to it; add {token}"
+    anyone = f"anyone who reaches it can stream audio to it{rooms}"
+    return f"{where} with no token: {anyone}; add {token}"
 
 
 def listening_lines(bound: list[tuple[str, int]], exposure: Exposure) -> list[tuple[str, bool]]:
@@ -154,15 +161,3 @@ def _by_host_name(family: socket.AddressFamily) -> list[str]:
     except OSError:
         return []
     return [str(info[4][0]) for info in found]
-
-
-def rooms_warning(host: str, publish_token: bool) -> str | None:
-    """One line when a server other machines reach lets anyone publish to (and make)
-    rooms: no --publish-token-file."""
-    if publish_token or is_local(host):
-        return None
-    return (
-        f"{host} is reachable from other machines and rooms have no publish token: anyone "
-        "who reaches it can make rooms and publish to them (or take a room over); add "
-        "--publish-token-file FILE"
-    )
