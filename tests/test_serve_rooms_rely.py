@@ -1,19 +1,26 @@
 """What a speaker and a reader of a room can rely on, in headless chromium and over the
 protocol: a reader's page follows a new talk after the server restarts, without a reload;
-an unknown room says to check the link.
+an unknown room says to check the link; readers get the finishing the speaker asked for
+(the server finishes a room's finals), and a server that cannot is said in one line.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
+import sys
 from typing import Any
 
 from room_browser import ROOM, WAIT_S, Proxy, publish_clip, shown, status_text, viewers
-from serve_fixture import clip, file_events, serve
+from room_clients import ws_view
+from serve_fixture import REPO, clip, file_events, serve
 
 __all__ = ["viewers"]  # the fixture, for pytest
 
 #: what a session sends to be decoded with `streamasr file`'s defaults
 FILE_SETTINGS = {"block_ms": "chunk", "tail_padding_s": 0.66}
+PUNCT = REPO / "models" / "tiny-punct-en"
 
 
 def test_reader_page_follows_the_next_talk_after_a_server_restart(viewers: Any) -> None:
@@ -40,3 +47,43 @@ def test_reader_page_follows_the_next_talk_after_a_server_restart(viewers: Any) 
                 wait.until(lambda d: "not connected" in status_text(d))
         finally:
             proxy.close()
+
+
+def speak(url: str, room: str, path: str, *finishing: str) -> tuple[int, list[str], str]:
+    """`streamasr file PATH --server URL --room ROOM FINISHING`: its exit status, the finals
+    it printed, its stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "streamasr", "file", path, "--server", url, "--room", room,
+         "--format", "jsonl", *finishing],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    finals = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done.returncode, [r["text"] for r in finals if r["type"] == "final"], done.stderr
+
+
+def read_room(port: int, room: str) -> list[str]:
+    """The finals a reader joining room `room` now is sent (the kept ones)."""
+    url = f"ws://127.0.0.1:{port}/rooms/{room}/ws"
+    seen = asyncio.run(ws_view(url, lambda record: record["type"] == "status"))
+    return [record["text"] for record in seen.finals]
+
+
+def test_readers_get_the_finishing_the_speaker_asked_for() -> None:
+    path = clip(0)
+    cased = [r["text"] for r in file_events(path, options=("--sentence-case",))[path]
+             if r["type"] == "final"]  # fmt: skip
+    assert any(text != text.upper() for text in cased)
+    with serve("--max-batch", "1") as plain:
+        status, spoken, _ = speak(plain.url, "cased", path, "--sentence-case")
+        assert status == 0 and spoken == cased
+        assert read_room(plain.port, "cased") == cased
+        # punctuation from a server without a model: one line says so, nothing published
+        status, _, said = speak(plain.url, "marks", path, "--punctuate", "punct-en")
+        lines = [line for line in said.splitlines() if line.strip()]
+        assert status != 0 and "punctuation model" in lines[0], said  # the line that says why
+        assert lines[1:] == ["1 of 1 inputs failed"], said
+    with serve("--max-batch", "1", "--punctuate", str(PUNCT)) as punctuating:
+        # the server's punctuation stays on for a speaker asking for sentence case
+        status, spoken, _ = speak(punctuating.url, "marked", path, "--sentence-case")
+        assert status == 0 and spoken != cased and any("." in t or "," in t for t in spoken)
+        assert read_room(punctuating.port, "marked") == spoken
