@@ -1,7 +1,8 @@
 """What a speaker and a reader of a room can rely on, in headless chromium and over the
 protocol: a reader's page follows a new talk after the server restarts, without a reload;
 an unknown room says to check the link; readers get the finishing the speaker asked for
-(the server finishes a room's finals), and a server that cannot is said in one line.
+(the server finishes a room's finals), and a server that cannot is said in one line; a
+refused config reaches the speaker page as a plain line.
 """
 
 from __future__ import annotations
@@ -10,13 +11,24 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from typing import Any
 
-from room_browser import ROOM, WAIT_S, Proxy, publish_clip, shown, status_text, viewers
+from room_browser import (
+    ROOM,
+    WAIT_S,
+    Proxy,
+    publish_clip,
+    publisher,
+    shown,
+    status_text,
+    viewers,
+)
 from room_clients import ws_view
+from selenium.webdriver.support.ui import WebDriverWait
 from serve_fixture import REPO, clip, file_events, serve
 
-__all__ = ["viewers"]  # the fixture, for pytest
+__all__ = ["publisher", "viewers"]  # the fixture, for pytest
 
 #: what a session sends to be decoded with `streamasr file`'s defaults
 FILE_SETTINGS = {"block_ms": "chunk", "tail_padding_s": 0.66}
@@ -24,8 +36,6 @@ PUNCT = REPO / "models" / "tiny-punct-en"
 
 
 def test_reader_page_follows_the_next_talk_after_a_server_restart(viewers: Any) -> None:
-    from selenium.webdriver.support.ui import WebDriverWait
-
     clips = [clip(index) for index in range(4)]
     expected = file_events(*clips)
     finals = [r["text"] for path in clips for r in expected[path] if r["type"] == "final"]
@@ -87,3 +97,17 @@ def test_readers_get_the_finishing_the_speaker_asked_for() -> None:
         status, spoken, _ = speak(punctuating.url, "marked", path, "--sentence-case")
         assert status == 0 and spoken != cased and any("." in t or "," in t for t in spoken)
         assert read_room(punctuating.port, "marked") == spoken
+
+
+def test_a_refusal_reaches_the_speaker_page_as_a_plain_line(publisher: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    with serve() as running:
+        publisher.get(f"{running.http}/?room=no.such.name")  # not a room's name: refused
+        publisher.find_element(By.ID, "start").click()
+        wait = WebDriverWait(publisher, WAIT_S)
+        wait.until(lambda d: publisher.find_element(By.ID, "start").is_enabled())
+        time.sleep(1.0)  # the microphone's promise settles after the close
+        said = status_text(publisher)
+        assert said.startswith("refused by the server:") and "room" in said, said
+        assert "Cannot read" not in said
