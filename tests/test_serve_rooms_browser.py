@@ -13,89 +13,30 @@ holds copies.
 
 from __future__ import annotations
 
-import base64
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from room_browser import (
+    DESKTOP,
+    ROOM,
+    WAIT_S,
+    Proxy,
+    fetched,
+    publisher,
+    shown,
+    viewers,
+)
 from serve_fixture import REPO, ServerProcess, clip, file_events, serve
 
-CLIP = clip(0)
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-WAIT_S = 90.0  # a loaded machine: page, worklet and the first endpoint
-ROOM = "stage"
-PHONE = (390, 844)
-DESKTOP = (1280, 720)
+__all__ = ["publisher", "viewers"]  # the fixtures, for pytest
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
     with serve("--max-connections", "4") as running:
         yield running
-
-
-def chromium(*extra: str) -> Any:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    for tool in (CHROMIUM, CHROMEDRIVER):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is missing: apt-get install chromium chromium-driver")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
-                     "--disable-dev-shm-usage", "--autoplay-policy=no-user-gesture-required",
-                     *extra):  # fmt: skip
-        options.add_argument(argument)
-    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-
-
-@pytest.fixture()
-def publisher() -> Iterator[Any]:
-    driver = chromium(
-        "--window-size=1000,700", "--use-fake-ui-for-media-stream",
-        "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={REPO / CLIP}",
-    )  # fmt: skip
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-@pytest.fixture()
-def viewers() -> Iterator[Any]:
-    driver = chromium(f"--window-size={PHONE[0]},{PHONE[1]}")
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-FETCH = """
-const done = arguments[arguments.length - 1];
-fetch(arguments[0]).then((r) => r.arrayBuffer()).then((buffer) => {
-  let binary = "";
-  const bytes = new Uint8Array(buffer);
-  for (let i = 0; i < bytes.length; i += 0x8000) {
-    binary += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
-  }
-  done(btoa(binary));
-});
-"""
-
-
-def fetched(driver: Any, url: str) -> bytes:
-    driver.set_script_timeout(WAIT_S)
-    return base64.b64decode(driver.execute_async_script(FETCH, url))
-
-
-def shown(driver: Any) -> list[str]:
-    from selenium.webdriver.common.by import By
-
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#captions .final")]
 
 
 def test_two_viewer_pages_show_what_file_prints_for_the_published_audio(
@@ -108,7 +49,7 @@ def test_two_viewer_pages_show_what_file_prints_for_the_published_audio(
     viewers.get(f"{server.http}/rooms/{ROOM}")
     phone = viewers.current_window_handle
     WebDriverWait(viewers, WAIT_S).until(
-        lambda d: "No one has published" in d.find_element(By.ID, "status").text
+        lambda d: "No such room yet, check the link" in d.find_element(By.ID, "status").text
     )
     publisher.get(f"{server.http}/?room={ROOM}")
     publisher.find_element(By.ID, "keep").click()
@@ -166,71 +107,8 @@ def test_viewer_page_says_when_its_token_is_refused(viewers: Any, tmp_path: Path
         )
         viewers.get(f"{running.http}/rooms/{ROOM}?token=v1ew")  # the right one: on to the room
         WebDriverWait(viewers, WAIT_S).until(
-            lambda d: "No one has published" in d.find_element(By.ID, "status").text
+            lambda d: "No such room yet, check the link" in d.find_element(By.ID, "status").text
         )
-
-
-class _Proxy:
-    """A TCP relay between the browser and the server whose connections the test cuts, and
-    which then refuses new ones until restored: a viewer's network dropping out."""
-
-    def __init__(self, port: int) -> None:
-        import socket
-        import threading
-
-        self.target = port
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.down = False
-        self.open: list[Any] = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        import socket
-        import threading
-
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.down:
-                client.close()
-                continue
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            with self.lock:
-                self.open += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: Any, sink: Any) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        for end in (source, sink):
-            try:
-                end.close()
-            except OSError:
-                pass
-
-    def cut(self) -> None:
-        import socket
-
-        self.down = True
-        with self.lock:
-            for end in self.open:
-                try:
-                    end.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-            self.open = []
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 def test_viewer_page_reconnects_and_misses_nothing(viewers: Any) -> None:
@@ -257,7 +135,7 @@ def test_viewer_page_reconnects_and_misses_nothing(viewers: Any) -> None:
         expected = file_events(*clips)
         finals = [r["text"] for path in clips for r in expected[path] if r["type"] == "final"]
         assert all(finals) and len(finals) == 4, finals
-        proxy = _Proxy(running.port)
+        proxy = Proxy(running.port)
         try:
             publish(clips[0])
             viewers.get(f"http://127.0.0.1:{proxy.port}/rooms/{ROOM}")

@@ -36,6 +36,7 @@ from streamasr.commands.remote import (
     check_remote_options,
     check_room,
     file_over_server,
+    room_finishing,
 )
 from streamasr.errors import UsageError
 from streamasr.output.finishing import finished, load_finishing
@@ -115,11 +116,12 @@ def register(app: typer.Typer) -> None:
             )
             if server is None:
                 check_inputs_exist(paths)
-            finishing = load_finishing(punctuate, sentence_case)
+            by_server, asked = room_finishing(room, punctuate, sentence_case)
+            finishing = by_server or load_finishing(punctuate, sentence_case)
         renderer = finished(renderer, finishing)
         if server is not None:  # the same output, decoded by `streamasr serve` at that URL
             file_over_server(server, paths, model_options, realtime, raw_format, renderer,
-                             finishing.active, room)
+                             finishing.active, room, asked)
             return
         with cli_errors():
             recognizer, options = build(model_options, paced=realtime)

@@ -36,6 +36,7 @@ from streamasr.commands.remote import (
     check_remote_options,
     check_room,
     remote_model,
+    room_finishing,
 )
 from streamasr.devices.live import (
     CaptureClock,
@@ -223,10 +224,13 @@ def register(app: typer.Typer) -> None:
                 else:
                     prepared = preflight(model_options, paced=True)
                 chosen = select_device(list_input_devices(), device)
-                finishing = load_finishing(punctuate, sentence_case)  # before the speech model
+                by_server, asked = room_finishing(room, punctuate, sentence_case)
+                # before the speech model
+                finishing = by_server or load_finishing(punctuate, sentence_case)
                 if server is not None:
                     recognizer, options = None, StreamOptions()
-                    open_session = remote_opener(server, model_options, finishing.active, room)
+                    open_session = remote_opener(server, model_options, finishing.active, room,
+                                                 asked)  # fmt: skip
                     # the capture's blocks are the messages sent; the server cuts its own
                     block_s = (
                         model_options.block_ms / 1000 if model_options.block_ms else SEND_BLOCK_S
@@ -265,11 +269,12 @@ def register(app: typer.Typer) -> None:
 
 
 def remote_opener(
-    url: str, model_options: ModelOptions, finished_here: bool = False, room: str | None = None
+    url: str, model_options: ModelOptions, finished_here: bool = False, room: str | None = None,
+    asked: dict[str, bool] | None = None,
 ) -> SessionOpener:
     """Sessions on a `streamasr serve` at `url`, with the session settings `file --server`
     sends (so what is printed is what a local `mic` prints with the server's model)."""
-    model = remote_model(url, model_options, finished_here, room)
+    model = remote_model(url, model_options, finished_here, room, asked)
     model.open()
 
     def open_session(rate: int, name: str, clock: CaptureClock) -> Session:

@@ -29,6 +29,7 @@ from streamasr.errors import UsageError
 from streamasr.session.driver import Pacing, drive
 
 if TYPE_CHECKING:
+    from streamasr.output.finishing import Finishing
     from streamasr.output.render import Renderer
     from streamasr.server.client import RemoteModel
 
@@ -99,17 +100,36 @@ def session_settings(options: ModelOptions, finished_here: bool = False) -> dict
 
 
 def remote_model(
-    url: str, model_options: ModelOptions, finished_here: bool = False, room: str | None = None
+    url: str, model_options: ModelOptions, finished_here: bool = False, room: str | None = None,
+    asked: dict[str, bool] | None = None,
 ) -> RemoteModel:
     """A connection to the `streamasr serve` at `url` (the token from $STREAMASR_TOKEN) whose
-    sessions ask for the settings given here (session_settings), publishing to `room`."""
+    sessions ask for the settings given here (session_settings), publishing to `room` with
+    the finishing `asked` of the server (room_finishing)."""
     from streamasr.server.client import connect
 
     model = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None)
     model.settings = session_settings(model_options, finished_here)
     if room is not None:
         model.settings["room"] = room
+        model.settings.update(asked or {})
     return model
+
+
+def room_finishing(
+    room: str | None, punctuate: str | None, sentence_case: bool
+) -> tuple[Finishing | None, dict[str, bool]]:
+    """Who finishes the finals. Publishing to a room, the server does (readers get what the
+    speaker asked for, and a server's own --punctuate is not turned off): no local chain
+    (None), the config keys asked; a server without a punctuation model refuses in one
+    line. Else (None room) the local chain is loaded by the caller: (None, {})."""
+    from streamasr.output.finishing import Finishing
+
+    if room is None:
+        return None, {}
+    if punctuate is not None:
+        return Finishing(), {"punctuate": True}
+    return Finishing(), {"sentence_case": True} if sentence_case else {}
 
 
 def check_room(room: str | None, server: str | None) -> None:
@@ -133,6 +153,7 @@ def file_over_server(
     renderer: Renderer,
     finished_here: bool,
     room: str | None = None,
+    asked: dict[str, bool] | None = None,
 ) -> None:
     """The `file` command with --server: every input through the remote model, its events
     into `renderer` (the one `file` builds, behind its finishing chain). The one driver
@@ -141,7 +162,7 @@ def file_over_server(
     from streamasr.server.client import ServerError
 
     with cli_errors():
-        model = remote_model(url, model_options, finished_here, room)
+        model = remote_model(url, model_options, finished_here, room, asked)
         model.open()  # a wrong URL, a refused token or a full server: said before any audio
 
     def decode(path: str) -> None:

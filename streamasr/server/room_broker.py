@@ -58,9 +58,13 @@ class RoomBroker(Protocol):
 
     def publishing(self, token: str | None) -> PublishingSeam: ...
 
-    async def view(self, name: str, viewer: Viewer, after: int) -> Callable[[], None]:
+    async def view(
+        self, name: str, viewer: Viewer, after: int, talk: str | None = None
+    ) -> Callable[[], None]:
         """Send the kept finals after `after`, the status, then the live events to `viewer`;
-        returns the call that ends the view. RoomMissing, RoomFull, BrokerDown."""
+        returns the call that ends the view. `talk`: the talk `after` was counted in; another
+        (a restarted server numbers from 1 again) means all of this one, its status first.
+        RoomMissing, RoomFull, BrokerDown."""
         ...
 
     async def finals(self, name: str) -> tuple[int, list[dict[str, Any]]]:
@@ -87,14 +91,19 @@ def rooms_url(given: str | None) -> str | None:
     return given or os.environ.get(ROOMS_URL_ENV) or None
 
 
-def status_line(name: str, publisher: bool, last_seq: int, interrupted: bool = False) -> str:
+def status_line(
+    name: str, publisher: bool, last_seq: int, interrupted: bool = False, talk: str | None = None
+) -> str:
     """A room's status event (whether someone publishes, the last room_seq so far, and
-    whether the broker is unreachable: the room is interrupted)."""
+    whether the broker is unreachable: the room is interrupted). `talk`: the numbering's
+    identity, so a reader tells a restarted room's room_seq 1 from an old one."""
     import json
 
     record: dict[str, Any] = {
         "type": "status", "room": name, "publisher": publisher, "last_room_seq": last_seq,
     }  # fmt: skip
+    if talk is not None:
+        record["talk"] = talk
     if interrupted:
         record["interrupted"] = True
     return json.dumps(record)

@@ -7,7 +7,9 @@ the transcripts so far.
     GET /rooms/NAME/transcript.txt|srt|vtt   the kept finals as `file --format` writes them
 
 A feed sends the kept finals after `?after=SEQ` (SSE: also the `Last-Event-ID` header a
-reconnecting EventSource sends), then a `status` event, then the live events. The view
+reconnecting EventSource sends), then a `status` event, then the live events; with
+`&talk=ID` (the status's `talk`) from another talk (the server restarted), the status comes
+first and then every kept final. The view
 token (`--view-token-file`), when set, comes as `Authorization: Bearer` or `?token=`.
 
 A viewer is a bounded queue the room writes to without waiting (`QueuedViewer`); the feed's
@@ -102,13 +104,21 @@ def find_broker(rooms: RoomBroker | None, name: str, token: str | None) -> RoomB
 
 
 def _unknown(name: str) -> FeedError:
-    return FeedError(404, CLOSE_UNKNOWN, f"room {name} is unknown: no one has published to it yet")
+    return FeedError(
+        404, CLOSE_UNKNOWN,
+        f"no such room yet, check the link: no one has published to room {name} (names are "
+        "case-sensitive)",
+    )  # fmt: skip
 
 
-async def join(rooms: RoomBroker, name: str, viewer: Viewer, after: int) -> Callable[[], None]:
-    """The viewer joins the room (history, status, live); FeedError when it cannot."""
+async def join(
+    rooms: RoomBroker, name: str, viewer: Viewer, after: int, query: str = ""
+) -> Callable[[], None]:
+    """The viewer joins the room (history, status, live); FeedError when it cannot.
+    `?talk=` in `query`: the talk the viewer's `after` was counted in."""
+    talks = parse_qs(query).get("talk")
     try:
-        return await rooms.view(name, viewer, after)
+        return await rooms.view(name, viewer, after, talks[0][:64] if talks else None)
     except RoomMissing:
         raise _unknown(name) from None
     except RoomFull as exc:
@@ -200,7 +210,7 @@ async def sse_feed(request: Request, name: str) -> Response:
         rooms = find_broker(_server(request).rooms, name, _token(request))
         after = _after(request.url.query, request.headers.get("Last-Event-ID"))
         viewer = QueuedViewer(rooms.options.viewer_buffer_bytes, request.scope.get(TRANSPORT))
-        leave = await join(rooms, name, viewer, after)
+        leave = await join(rooms, name, viewer, after, request.url.query)
     except FeedError as exc:
         return exc.response()
 
@@ -270,7 +280,7 @@ async def ws_feed(websocket: WebSocket, name: str) -> None:
         rooms = find_broker(server.rooms, name, _token(websocket))
         after = _after(websocket.url.query, None)
         viewer = QueuedViewer(rooms.options.viewer_buffer_bytes, websocket.scope.get(TRANSPORT))
-        leave = await join(rooms, name, viewer, after)
+        leave = await join(rooms, name, viewer, after, websocket.url.query)
     except FeedError as exc:
         await websocket.close(exc.code, exc.reason)
         return

@@ -163,7 +163,11 @@ class RedisRooms:
     def reader_count(self) -> int:
         return sum(len(room.viewers) + len(room.joining) for room in self.local.values())
 
-    async def view(self, name: str, viewer: Viewer, after: int) -> Callable[[], None]:
+    async def view(
+        self, name: str, viewer: Viewer, after: int, talk: str | None = None
+    ) -> Callable[[], None]:
+        """`talk` is not looked at: Redis keeps the numbering across server restarts (and a
+        publisher's floor across a Redis restart), so `after` is always this room's."""
         if self.reader_count() >= self.options.max_readers:
             raise RoomFull(f"server has {self.options.max_readers} readers (--max-readers)")
         room = self.local.get(name)

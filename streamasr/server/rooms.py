@@ -22,6 +22,7 @@ import asyncio
 import hmac
 import json
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable
@@ -146,6 +147,7 @@ class Room:
         self.name = name
         self.options = options
         self.seq = 0
+        self.talk = secrets.token_hex(6)  # this numbering's identity (a restart makes another)
         self.history: deque[HistoryFinal] = deque(maxlen=options.history_finals)
         self.publisher: Publishing | None = None
         self.viewers: set[Viewer] = set()
@@ -193,7 +195,7 @@ class Room:
 
     def status(self) -> str:
         """The room's status event: whether someone publishes, the last room_seq so far."""
-        return status_line(self.name, self.publisher is not None, self.seq)
+        return status_line(self.name, self.publisher is not None, self.seq, talk=self.talk)
 
     def set_publisher(self, publisher: Publishing | None) -> None:
         self.publisher = publisher
@@ -202,9 +204,10 @@ class Room:
 
     # -- viewing ----------------------------------------------------------------------------
 
-    def join(self, viewer: Viewer, after: int) -> None:
+    def join(self, viewer: Viewer, after: int, talk: str | None = None) -> None:
         """Send the kept finals after `after`, then the status, and add the viewer: in one
-        step, so no event falls between the history and the live feed."""
+        step, so no event falls between the history and the live feed. A viewer that counted
+        `after` in another talk gets the status first, then every kept final."""
         if len(self.viewers) >= self.options.max_viewers:
             viewer.close(
                 CLOSE_FULL,
@@ -212,6 +215,10 @@ class Room:
                 "--max-viewers); try again later",
             )
             return
+        if talk is not None and talk != self.talk:
+            after = 0
+            if not viewer.write(None, self.status()):
+                return
         for kept in self.history:
             if kept.seq > after and not viewer.write(kept.seq, kept.line):
                 viewer.close(protocol.CLOSE_POLICY, "viewer too slow for the room's history")
@@ -281,7 +288,9 @@ class Rooms:
     def reader_count(self) -> int:
         return sum(len(room.viewers) for room in self.rooms.values())
 
-    async def view(self, name: str, viewer: Viewer, after: int) -> Callable[[], None]:
+    async def view(
+        self, name: str, viewer: Viewer, after: int, talk: str | None = None
+    ) -> Callable[[], None]:
         room = self.rooms.get(name)
         if room is None:
             raise RoomMissing(name)
@@ -290,7 +299,7 @@ class Rooms:
         if len(room.viewers) >= self.options.max_viewers:
             raise RoomFull(f"room {name} is full ({self.options.max_viewers} viewers, "
                            "--max-viewers); try again later")  # fmt: skip
-        room.join(viewer, after)
+        room.join(viewer, after, talk)
         return lambda: room.leave(viewer)
 
     async def finals(self, name: str) -> tuple[int, list[dict[str, Any]]]:

@@ -10,6 +10,7 @@ let context = null;
 let stream = null;
 let sending = false; // true between the config and the end message
 let kept = []; // Int16Array blocks, exactly as sent, when "keep a copy" is ticked
+let refusal = ""; // the server's reason, when it closed the connection (a refused config)
 
 function wsUrl() {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
@@ -82,7 +83,10 @@ function openSocket() {
     ws.onerror = () => reject(new Error("cannot connect to the server"));
     ws.onmessage = (message) => showEvent(JSON.parse(message.data));
     ws.onclose = (close) => {
-      if (close.code !== 1000 && close.reason) setStatus(`closed: ${close.reason}`);
+      if (close.code !== 1000 && close.reason) {
+        refusal = close.reason;
+        setStatus(`closed: ${close.reason}`);
+      }
       teardown();
     };
   });
@@ -101,6 +105,7 @@ async function start() {
   $("start").disabled = true;
   $("copy").hidden = true;
   kept = [];
+  refusal = "";
   setStatus("connecting");
   try {
     // ask for 16 kHz; a browser that keeps its own rate is downsampled in the worklet
@@ -120,6 +125,8 @@ async function start() {
     stream = await navigator.mediaDevices.getUserMedia({
       audio: { echoCancellation: false, noiseSuppression: false, autoGainControl: false },
     });
+    // the server may have refused the config meanwhile: the page was torn down
+    if (!socket || !context) throw new Error(refusal || "the server closed the connection");
     context.createMediaStreamSource(stream).connect(worklet);
     // a node only runs while it leads to the output: connect it through a muted gain
     const mute = context.createGain();
@@ -129,7 +136,7 @@ async function start() {
     setStatus("listening");
     $("stop").disabled = false;
   } catch (error) {
-    setStatus(`cannot start: ${error.message || error}`);
+    setStatus(refusal ? `refused by the server: ${refusal}` : `cannot start: ${error.message || error}`);
     if (socket) socket.close(1000);
     teardown();
   }

@@ -6,7 +6,7 @@
 const LINES = 3; // finals kept on screen (with the partial below them)
 const FAILURES = {
   4401: ["The view token was refused: ask for the viewer link with its token (?token=...).", 0],
-  4404: ["No one has published to this room yet; waiting for the speaker.", 5],
+  4404: ["No such room yet, check the link (names are case-sensitive); waiting for the speaker.", 5],
   4429: ["This room is full; trying again shortly.", 10],
   1001: ["The server is restarting or shutting down; reconnecting.", 3],
   1007: ["This address is not a room's (check the link).", 0],
@@ -19,6 +19,7 @@ const token = params.get("token");
 const captions = document.getElementById("captions");
 const statusLine = document.getElementById("status");
 let lastSeq = 0;
+let talk = null; // the talk lastSeq counts in: a restarted server's room is another talk
 let partial = null; // the <p> of the open segment's partial
 let retryS = 1;
 
@@ -32,6 +33,7 @@ function feedUrl() {
   const query = new URLSearchParams();
   if (token) query.set("token", token);
   if (lastSeq) query.set("after", String(lastSeq));
+  if (talk) query.set("talk", talk);
   return `${scheme}//${location.host}/rooms/${encodeURIComponent(room)}/ws?${query}`;
 }
 
@@ -66,8 +68,17 @@ function take(record) {
   if (record.type === "final") showFinal(record);
   else if (record.type === "partial") showPartial(record);
   else if (record.type === "status") {
+    if (record.talk && talk && record.talk !== talk) newTalk();
+    if (record.talk) talk = record.talk;
     say(record.publisher ? "live" : "the speaker is not connected; waiting", false);
   }
+}
+
+function newTalk() {
+  // the room restarted its numbering: what is on screen was another talk
+  captions.replaceChildren();
+  partial = null;
+  lastSeq = 0;
 }
 
 // -- the feed -------------------------------------------------------------------------------

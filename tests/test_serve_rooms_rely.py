@@ -1,0 +1,113 @@
+"""What a speaker and a reader of a room can rely on, in headless chromium and over the
+protocol: a reader's page follows a new talk after the server restarts, without a reload;
+an unknown room says to check the link; readers get the finishing the speaker asked for
+(the server finishes a room's finals), and a server that cannot is said in one line; a
+refused config reaches the speaker page as a plain line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+from room_browser import (
+    ROOM,
+    WAIT_S,
+    Proxy,
+    publish_clip,
+    publisher,
+    shown,
+    status_text,
+    viewers,
+)
+from room_clients import ws_view
+from selenium.webdriver.support.ui import WebDriverWait
+from serve_fixture import REPO, clip, file_events, serve
+
+__all__ = ["publisher", "viewers"]  # the fixture, for pytest
+
+#: what a session sends to be decoded with `streamasr file`'s defaults
+FILE_SETTINGS = {"block_ms": "chunk", "tail_padding_s": 0.66}
+PUNCT = REPO / "models" / "tiny-punct-en"
+
+
+def test_reader_page_follows_the_next_talk_after_a_server_restart(viewers: Any) -> None:
+    clips = [clip(index) for index in range(4)]
+    expected = file_events(*clips)
+    finals = [r["text"] for path in clips for r in expected[path] if r["type"] == "final"]
+    wait = WebDriverWait(viewers, WAIT_S)
+    with serve() as first:
+        proxy = Proxy(first.port)
+        try:
+            for path in clips[:3]:  # a long first talk: its room_seq runs far
+                publish_clip(first.url, path, **FILE_SETTINGS)
+            viewers.get(f"http://127.0.0.1:{proxy.port}/rooms/{ROOM}")
+            wait.until(lambda d: shown(d) == finals[:3])
+            assert first.stop() == 0
+            wait.until(lambda d: "cannot be reached" in status_text(d))
+            with serve() as second:  # the server again (the same address to the page)
+                proxy.target = second.port
+                wait.until(lambda d: "no such room yet" in status_text(d).lower())
+                publish_clip(second.url, clips[3], **FILE_SETTINGS)
+                wait.until(lambda d: shown(d) == finals[3:4])
+                wait.until(lambda d: "not connected" in status_text(d))
+        finally:
+            proxy.close()
+
+
+def speak(url: str, room: str, path: str, *finishing: str) -> tuple[int, list[str], str]:
+    """`streamasr file PATH --server URL --room ROOM FINISHING`: its exit status, the finals
+    it printed, its stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "streamasr", "file", path, "--server", url, "--room", room,
+         "--format", "jsonl", *finishing],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    finals = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done.returncode, [r["text"] for r in finals if r["type"] == "final"], done.stderr
+
+
+def read_room(port: int, room: str) -> list[str]:
+    """The finals a reader joining room `room` now is sent (the kept ones)."""
+    url = f"ws://127.0.0.1:{port}/rooms/{room}/ws"
+    seen = asyncio.run(ws_view(url, lambda record: record["type"] == "status"))
+    return [record["text"] for record in seen.finals]
+
+
+def test_readers_get_the_finishing_the_speaker_asked_for() -> None:
+    path = clip(0)
+    cased = [r["text"] for r in file_events(path, options=("--sentence-case",))[path]
+             if r["type"] == "final"]  # fmt: skip
+    assert any(text != text.upper() for text in cased)
+    with serve("--max-batch", "1") as plain:
+        status, spoken, _ = speak(plain.url, "cased", path, "--sentence-case")
+        assert status == 0 and spoken == cased
+        assert read_room(plain.port, "cased") == cased
+        # punctuation from a server without a model: one line says so, nothing published
+        status, _, said = speak(plain.url, "marks", path, "--punctuate", "punct-en")
+        lines = [line for line in said.splitlines() if line.strip()]
+        assert status != 0 and "punctuation model" in lines[0], said  # the line that says why
+        assert lines[1:] == ["1 of 1 inputs failed"], said
+    with serve("--max-batch", "1", "--punctuate", str(PUNCT)) as punctuating:
+        # the server's punctuation stays on for a speaker asking for sentence case
+        status, spoken, _ = speak(punctuating.url, "marked", path, "--sentence-case")
+        assert status == 0 and spoken != cased and any("." in t or "," in t for t in spoken)
+        assert read_room(punctuating.port, "marked") == spoken
+
+
+def test_a_refusal_reaches_the_speaker_page_as_a_plain_line(publisher: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    with serve() as running:
+        publisher.get(f"{running.http}/?room=no.such.name")  # not a room's name: refused
+        publisher.find_element(By.ID, "start").click()
+        wait = WebDriverWait(publisher, WAIT_S)
+        wait.until(lambda d: publisher.find_element(By.ID, "start").is_enabled())
+        time.sleep(1.0)  # the microphone's promise settles after the close
+        said = status_text(publisher)
+        assert said.startswith("refused by the server:") and "room" in said, said
+        assert "Cannot read" not in said
