@@ -28,8 +28,10 @@ from streamasr.backends.base import (
     BackendEntry,
     BudgetSettings,
     EngineOptions,
+    Released,
 )
 from streamasr.backends.guarded import PluginError, guarded_entry, said
+from streamasr.distribution.catalog import CatalogEntry
 from streamasr.distribution.hooks import InstallHooks
 from streamasr.distribution.local_models import FolderFacts
 from streamasr.errors import DependencyError, UsageError
@@ -168,9 +170,9 @@ def choose_backend(model: str | None, name: str | None = None) -> BackendEntry:
         return find_backend(name)
     from streamasr.distribution import catalog
 
-    released = catalog.find(model) if model else None
-    if released is not None:
-        return find_backend(released.engine)
+    release = catalog.find(model) if model else None
+    if release is not None:
+        return find_backend(release.engine)
     builtin = _builtin()
     for entry in builtin:
         if entry.name != "sherpa-onnx" and entry.recognises(model):
@@ -211,6 +213,14 @@ def install_hooks() -> InstallHooks:
                 entry.prepare_folder(directory)
 
     return InstallHooks(check_file=check_file, prepare_folder=prepare_folder)
+
+
+def released(release: CatalogEntry) -> Released:
+    """A catalog model as the engine that runs it reads the catalog's record of it."""
+    entry = find_backend(release.engine)
+    if entry.released is None:
+        raise UsageError(f"the {entry.name} backend reads no released models ({release.name})")
+    return entry.released(release)
 
 
 def describe_folder(directory: Path) -> FolderFacts:
