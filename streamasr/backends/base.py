@@ -89,6 +89,7 @@ class EngineOptions:
     threads: int = DEFAULT_THREADS
     device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
     own: Mapping[str, object] = field(default_factory=dict)
+    swept: str | None = None  # bench's sweep: the option whose values `own` holds, one load each
 
     def __post_init__(self) -> None:
         check_threads(self.threads)

@@ -256,22 +256,29 @@ def engine_options(
     threads: int | None = None,
     device: str = "cpu",
     known: Sequence[BackendEntry] = (),
+    sweep: bool = False,
 ) -> EngineOptions:
     """The EngineOptions `entry` runs with: `given` (option name -> text or value) parsed by
     the entry's own declarations. An option it does not declare, or a device it cannot use,
     is a UsageError naming who owns the option (looked up in `known` and the installed
-    backends) and, where the entry has one, its equivalent."""
+    backends) and, where the entry has one, its equivalent. With `sweep`, an option the entry
+    sweeps holds the tuple of its values (`16,32` -> (16, 32)), and `swept` names it."""
     from streamasr.backends.base import DEFAULT_THREADS
 
     given = {name: value for name, value in (given or {}).items() if value is not None}
     own: dict[str, object] = {}
+    swept = None
     for name, value in given.items():
         option = entry.option(name)
         if option is None:
             raise UsageError(refusal(entry, name, [*known, *installed()]))
-        own[name] = option.value(value)
+        if sweep and option.sweep:
+            swept, own[name] = name, tuple(option.sweep_values(str(value)))
+        else:
+            own[name] = option.value(value)
     options = EngineOptions(
-        threads=DEFAULT_THREADS if threads is None else threads, device=device, own=own
+        threads=DEFAULT_THREADS if threads is None else threads, device=device, own=own,
+        swept=swept,
     )
     if device != "cpu" and "cuda" not in entry.devices:
         raise UsageError(
