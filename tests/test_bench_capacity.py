@@ -16,7 +16,7 @@ from streamasr.backends.base import EngineOptions
 from streamasr.backends.plan import LoadPlan
 from streamasr.bench.capacity import CapacityProbe, ProbeSpec
 from streamasr.bench.capacity_search import search
-from streamasr.commands.bench_capacity import read_ceiling
+from streamasr.bench.request import read_ceiling
 from streamasr.session.stream import StreamOptions
 
 

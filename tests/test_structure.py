@@ -179,8 +179,7 @@ def test_no_module_is_over_500_lines() -> None:
 CHUNK_WALKS: tuple[tuple[tuple[str, str, str | None], ...], ...] = (
     (  # file: the flag's text parsed by the chosen engine's declaration, into the plan
         ("streamasr.commands.options", "build", "preflight"),
-        ("streamasr.commands.options", "preflight", "load_plan"),
-        ("streamasr.commands.options", "load_plan", "make_plan"),
+        ("streamasr.commands.options", "preflight", "make_plan"),
         ("streamasr.backends.plan", "make_plan", "engine_options"),
         ("streamasr.backends.registry", "engine_options", "value"),
         ("streamasr.backends.options", "EngineOption.value", None),

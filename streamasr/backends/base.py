@@ -11,6 +11,7 @@ import numpy as np
 
 from streamasr.analysis.latency import LatencyBudget
 from streamasr.backends.options import EngineOption, check_number
+from streamasr.distribution.catalog import CatalogEntry
 from streamasr.distribution.local_models import FolderFacts
 from streamasr.errors import UsageError
 
@@ -88,6 +89,7 @@ class EngineOptions:
     threads: int = DEFAULT_THREADS
     device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
     own: Mapping[str, object] = field(default_factory=dict)
+    swept: str | None = None  # bench's sweep: the option whose values `own` holds, one load each
 
     def __post_init__(self) -> None:
         check_threads(self.threads)
@@ -178,6 +180,17 @@ class Recognizer(Protocol):
 
 
 @dataclass(frozen=True)
+class Released:
+    """A released model as its engine reads the catalog's data for it: the chunks released
+    (50 Hz frames), the engine's own words for them (`models list --format json`) and the
+    latency budget of the one `--chunk` picks (None: the first), with nothing downloaded."""
+
+    chunks: tuple[int, ...]
+    record: Mapping[str, object]
+    budget: Callable[[int | None], LatencyBudget]
+
+
+@dataclass(frozen=True)
 class BackendEntry:
     """One engine for the registry: how to tell its models apart, how to load one, and the
     options it takes.
@@ -218,6 +231,8 @@ class BackendEntry:
     # rows are not bit-exact with one stream (an int8 export), with the way to exact rows;
     # None: batching is exact
     batching_note: Callable[[Sequence[tuple[str, BackendInfo]]], str | None] | None = None
+    # a catalog entry naming this engine -> what its opaque `engine_data` says (Released)
+    released: Callable[[CatalogEntry], Released] | None = None
 
     @property
     def title(self) -> str:

@@ -43,7 +43,7 @@ class LoadPlan:
 
     def with_own(self, own: Mapping[str, object]) -> LoadPlan:
         """The same plan with the backend's own settings `own` (one point of a sweep)."""
-        return replace(self, engine=replace(self.engine, own=dict(own)))
+        return replace(self, engine=replace(self.engine, own=dict(own), swept=None))
 
     def load(self, entry: BackendEntry | None = None) -> Recognizer:
         """Load the model: a pulled copy's files hashed first when `verify`, then the backend
@@ -64,9 +64,10 @@ def make_plan(
     device: str = "cpu",
     verify: bool = False,
     entry: BackendEntry | None = None,
+    sweep: bool = False,
 ) -> LoadPlan:
     """The plan for `model`: `given` (option name -> text or value) parsed and checked by the
     chosen backend (`entry`, else the one `backend` names or the model fits)."""
     entry = entry or registry.choose_backend(model, backend)
-    engine = registry.engine_options(entry, given, threads=threads, device=device)
+    engine = registry.engine_options(entry, given, threads=threads, device=device, sweep=sweep)
     return LoadPlan(model, backend, engine, verify)

@@ -28,8 +28,10 @@ from streamasr.backends.base import (
     BackendEntry,
     BudgetSettings,
     EngineOptions,
+    Released,
 )
 from streamasr.backends.guarded import PluginError, guarded_entry, said
+from streamasr.distribution.catalog import CatalogEntry
 from streamasr.distribution.hooks import InstallHooks
 from streamasr.distribution.local_models import FolderFacts
 from streamasr.errors import DependencyError, UsageError
@@ -168,9 +170,9 @@ def choose_backend(model: str | None, name: str | None = None) -> BackendEntry:
         return find_backend(name)
     from streamasr.distribution import catalog
 
-    released = catalog.find(model) if model else None
-    if released is not None:
-        return find_backend(released.engine)
+    release = catalog.find(model) if model else None
+    if release is not None:
+        return find_backend(release.engine)
     builtin = _builtin()
     for entry in builtin:
         if entry.name != "sherpa-onnx" and entry.recognises(model):
@@ -213,6 +215,14 @@ def install_hooks() -> InstallHooks:
     return InstallHooks(check_file=check_file, prepare_folder=prepare_folder)
 
 
+def released(release: CatalogEntry) -> Released:
+    """A catalog model as the engine that runs it reads the catalog's record of it."""
+    entry = find_backend(release.engine)
+    if entry.released is None:
+        raise UsageError(f"the {entry.name} backend reads no released models ({release.name})")
+    return entry.released(release)
+
+
 def describe_folder(directory: Path) -> FolderFacts:
     """Engine, kind, token type and chunks of a local model folder, by the engine whose
     folder it is; unknown facts when none says."""
@@ -246,22 +256,29 @@ def engine_options(
     threads: int | None = None,
     device: str = "cpu",
     known: Sequence[BackendEntry] = (),
+    sweep: bool = False,
 ) -> EngineOptions:
     """The EngineOptions `entry` runs with: `given` (option name -> text or value) parsed by
     the entry's own declarations. An option it does not declare, or a device it cannot use,
     is a UsageError naming who owns the option (looked up in `known` and the installed
-    backends) and, where the entry has one, its equivalent."""
+    backends) and, where the entry has one, its equivalent. With `sweep`, an option the entry
+    sweeps holds the tuple of its values (`16,32` -> (16, 32)), and `swept` names it."""
     from streamasr.backends.base import DEFAULT_THREADS
 
     given = {name: value for name, value in (given or {}).items() if value is not None}
     own: dict[str, object] = {}
+    swept = None
     for name, value in given.items():
         option = entry.option(name)
         if option is None:
             raise UsageError(refusal(entry, name, [*known, *installed()]))
-        own[name] = option.value(value)
+        if sweep and option.sweep:
+            swept, own[name] = name, tuple(option.sweep_values(str(value)))
+        else:
+            own[name] = option.value(value)
     options = EngineOptions(
-        threads=DEFAULT_THREADS if threads is None else threads, device=device, own=own
+        threads=DEFAULT_THREADS if threads is None else threads, device=device, own=own,
+        swept=swept,
     )
     if device != "cpu" and "cuda" not in entry.devices:
         raise UsageError(

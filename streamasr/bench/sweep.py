@@ -85,23 +85,6 @@ def swept_option(given: Mapping[str, object]) -> str | None:
     return swept[0] if swept else None
 
 
-def sweep_values(
-    entry: BackendEntry, swept: str | None, given: Mapping[str, object]
-) -> list[Any]:
-    """The swept option's values, parsed by the backend that declares it (`16,32` -> [16, 32]);
-    [None] (the model's default) when nothing is swept."""
-    if swept is None:
-        return [None]
-    from streamasr.backends.registry import installed, refusal
-
-    option = entry.option(swept)
-    if option is None:  # another engine's option (--chunk on a NeMo model)
-        raise UsageError(refusal(entry, swept, installed()))
-    if not option.sweep:
-        raise UsageError(f"the {entry.name} backend cannot sweep {option.flag}")
-    return option.sweep_values(str(given[swept]))
-
-
 def setting_name(entry: BackendEntry, recognizer: Recognizer) -> str:
     """`chunk 16` for an export, `att 70,13` for a look-ahead (as the backend labels its
     sweepable option and reports its value), else the backend's name."""

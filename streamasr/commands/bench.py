@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import logging
-from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from streamasr.backends.options import check_number
 from streamasr.bench.outdir import RECORDS_NAME
+from streamasr.bench.request import BenchRequest
+from streamasr.bench.run import run_bench
+from streamasr.cluster.address import check_address
+from streamasr.cluster.shards import ray_runner
+from streamasr.commands.bench_output import VIEW
 from streamasr.commands.common import (
     EXIT_INTERRUPTED,
     VerboseOpt,
@@ -18,12 +21,8 @@ from streamasr.commands.common import (
     err_console,
     setup_logging,
 )
-from streamasr.commands.options import ModelOptions, with_model_options
-from streamasr.errors import DatasetError, UsageError
+from streamasr.commands.options import ModelOptions, preflight, with_model_options
 from streamasr.output.render import escape
-
-log = logging.getLogger("streamasr")
-MAX_STREAMS = 256  # one batch of utterances in memory at once; far past any CPU's cores
 
 
 def register(app: typer.Typer) -> None:
@@ -159,7 +158,9 @@ def register(app: typer.Typer) -> None:
         setup_logging(verbose)
         request = BenchRequest(
             dataset=dataset,
-            model_options=model_options,
+            model=model_options.model,
+            engine=model_options.engine,
+            vad_gate=model_options.vad_gate,
             limit=limit,
             audio_column=audio_column,
             text_column=text_column,
@@ -179,7 +180,15 @@ def register(app: typer.Typer) -> None:
         )
         try:
             with cli_errors():
-                regressed = run_bench(request)
+                request.check()
+                cluster = None
+                if ray is not None:
+                    check_address(ray)
+                    cluster = partial(ray_runner, ray, out)
+                # an option the backend does not declare (--chunk on a NeMo model): refused
+                prepared = preflight(model_options, paced=realtime, sweep=True)
+                prepared.offer()
+                failed = run_bench(request, prepared, VIEW, cluster)
         except KeyboardInterrupt:
             kept = out / RECORDS_NAME
             where = f"the finished utterances are in {kept}" if kept.is_file() else "nothing ran"
@@ -189,231 +198,9 @@ def register(app: typer.Typer) -> None:
                 where += f" and in {out / 'results.json'}, marked incomplete"
             err_console.print(f"[yellow]interrupted; {escape(where)}[/yellow]", highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
-        if regressed:
+        if failed:
+            err_console.print(
+                f"[red]regression:[/red] {failed} check(s) beyond --fail-on bounds",
+                highlight=False,
+            )
             raise typer.Exit(1)
-
-
-@dataclass(frozen=True)
-class BenchRequest:
-    """What `streamasr bench` was asked to do: the shared model options group (whose
-    sweepable engine option, if given, may hold several values) and bench's own."""
-
-    dataset: Path
-    model_options: ModelOptions = ModelOptions()
-    limit: int | None = None
-    audio_column: str | None = None  # TSV/CSV datasets; None = found by name
-    text_column: str | None = None
-    metric: str = "auto"
-    realtime: bool = False
-    streams: str | int | None = None  # None: 1, or auto with --capacity
-    workers: int = 1
-    ray: str | None = None  # a Ray cluster's address ("local": one started here)
-    capacity: bool = False
-    probe_seconds: float = 15.0
-    schedule: str | None = None  # --capacity's pacing (batch.SCHEDULES); None: ready
-    ceiling: str | None = None  # --capacity: a stream count, or capacity_cpu.py's JSON
-    out: Path = Path("bench-results")
-    baseline: Path | None = None
-    fail_on: str | None = None
-    plot: Path | None = None
-
-    def check(self) -> None:
-        """Refuse impossible combinations before anything is loaded."""
-        from streamasr.bench.metrics import METRICS
-        from streamasr.bench.sweep import swept_option
-
-        if self.capacity:
-            from streamasr.commands.bench_capacity import check_capacity
-
-            swept = swept_option(self.model_options.engine)
-            if swept and any(sep in str(self.model_options.engine[swept]) for sep in ",/"):
-                raise UsageError("--capacity measures one setting; give one value of the "
-                                 "swept option")
-            check_capacity(self)
-        elif str(self.streams).strip() == "auto":
-            raise UsageError("--streams auto searches the live streams a machine holds: "
-                             "add --capacity, or give counts (1,2,4,8)")
-        else:
-            for flag, value in (("--schedule", self.schedule), ("--ceiling", self.ceiling)):
-                if value is not None:
-                    raise UsageError(f"{flag} applies to live streams paced by --capacity "
-                                     "(--streams alone decodes unpaced batches); add --capacity "
-                                     f"or drop {flag}")
-        swept_option(self.model_options.engine)
-        for n in self.capacity_counts() or self.stream_counts():
-            check_number("--streams", n, 1, MAX_STREAMS, "(streams decoded in one batch)")
-        if self.limit is not None and self.limit < 1:
-            raise UsageError(f"--limit must be at least 1, got {self.limit}")
-        from streamasr.bench.workers import check_workers
-
-        check_workers(self.workers)
-        if self.ray is not None:
-            from streamasr.cluster.address import check_address
-
-            check_address(self.ray)
-            if self.workers > 1:
-                raise UsageError("--ray spreads the utterances over the cluster's CPUs; drop "
-                                 "--workers")
-        if self.model_options.vad_gate and max(self.stream_counts()) > 1:
-            raise UsageError("--vad-gate ends and reopens a stream at each gap, which a batched "
-                             "step cannot; use it without --streams")
-        if self.realtime and max(self.stream_counts()) > 1:
-            raise UsageError("--realtime paces one live stream at a time; use it without --streams")
-        if self.metric not in (*METRICS, "auto"):
-            raise UsageError(f"--metric {self.metric!r}: use wer, cer, mer or auto")
-        if self.fail_on and self.baseline is None:
-            raise UsageError("--fail-on needs --baseline PREVIOUS/results.json to compare against")
-
-    def stream_counts(self) -> list[int]:
-        """--streams as a sorted list: '1,4,2' -> [1, 2, 4]."""
-        from streamasr.bench.sweep import parse_int_list
-
-        if self.capacity or self.streams is None:
-            return [1]
-        values = parse_int_list(str(self.streams), "--streams")
-        return sorted(v for v in values if v is not None) or [1]
-
-    def capacity_counts(self) -> list[int] | None:
-        """--capacity's stream counts to probe; None: search (auto)."""
-        if not self.capacity or self.streams is None or str(self.streams).strip() == "auto":
-            return None
-        from streamasr.bench.sweep import parse_int_list
-
-        values = parse_int_list(str(self.streams), "--streams")
-        return sorted(v for v in values if v is not None) or None
-
-
-def run_bench(request: BenchRequest) -> bool:
-    """Validate everything, run every setting, write and show results; True on regression."""
-    from streamasr.bench import report
-    from streamasr.bench.baseline import (
-        check_baseline_matches,
-        compare,
-        comparison_lines,
-        load_baseline,
-        parse_fail_on,
-    )
-    from streamasr.bench.datasets import load_dataset
-    from streamasr.bench.metrics import info_metric
-    from streamasr.bench.outdir import RecordLog, check_out
-    from streamasr.bench.results import write_results
-    from streamasr.bench.runner import RunOptions
-    from streamasr.bench.sweep import plan_settings, run_setting, swept_records
-    from streamasr.bench.tables import TableColumns
-    from streamasr.commands.bench_output import note_int8_batching, show_results
-    from streamasr.commands.bench_passes import run_all, stopped_record
-    from streamasr.commands.options import preflight
-
-    group = request.model_options
-    request.check()
-    # an option the backend does not declare (--chunk on a NeMo model): refused before loading
-    prepared = preflight(group, paced=request.realtime, sweep=True)
-    entry, plan, stream, swept = prepared.entry, prepared.plan, prepared.feed, prepared.swept
-    prepared.offer()
-    if request.plot is not None:
-        from streamasr.bench.plot import require_matplotlib
-
-        require_matplotlib()
-    rules = parse_fail_on(request.fail_on) if request.fail_on else []
-    baseline = load_baseline(request.baseline) if request.baseline else None
-    settings = plan_settings(plan, entry, swept, prepared.values)
-    if baseline is not None and rules:
-        check_baseline_matches(baseline, [s.name for s in settings], str(request.baseline))
-    columns = TableColumns(request.audio_column, request.text_column)
-    data = load_dataset(request.dataset, columns=columns).limited(request.limit)
-    if not data.utterances:
-        raise DatasetError(
-            f"{data.path}: no usable utterances ({len(data.bad_rows)} bad rows, "
-            f"{len(data.missing_audio)} with missing audio); see the warnings above"
-        )
-    info = settings[0].recognizer.info
-    metric = request.metric
-    if metric == "auto":
-        metric = info_metric(info, group.model, [u.text for u in data.utterances])
-    options = RunOptions(stream, metric=metric, realtime=request.realtime)
-    run = report.run_record(
-        {
-            "model": info.model_name,
-            "model_files": [str(p) for p in info.model_files],
-            "backend": info.backend,
-            "device": info.device,
-            "settings": [s.name for s in settings],
-            **swept_records(settings),
-            "chunk_ms": [round(s.recognizer.info.chunk_s * 1000, 3) for s in settings],
-            "lookahead_ms": [round(s.recognizer.info.lookahead_s * 1000, 3) for s in settings],
-            "output_frame_ms": round(info.output_frame_s * 1000, 3),
-            "threads": plan.threads,
-            **{k: v for k, v in settings[0].own.items() if k != swept},
-            "endpoint": asdict(stream.endpoint),
-            "block_ms": group.block_ms,
-            "tail_padding_s": group.tail_padding_s,
-            "onset_dbfs": group.onset_dbfs,
-            "vad": asdict(stream.vad),
-            "metric": metric,
-            "realtime": request.realtime,
-            "streams": request.stream_counts(),
-            "workers": request.workers,
-            "limit": request.limit,
-        }
-    )
-    if request.capacity:
-        from streamasr.bench.report import dataset_record
-        from streamasr.commands.bench_capacity import run_capacity
-
-        check_out(request.out)
-        run_capacity(request, settings[0], data.utterances, options, run, dataset_record(data))
-        return False
-    if request.workers > 1:
-        from functools import partial
-
-        from streamasr.bench.worker_passes import run_setting_in_workers
-
-        run_setting = partial(run_setting_in_workers, workers=request.workers)
-    check_out(request.out)
-    if request.ray is not None:  # shards of utterances on a cluster: streamasr/cluster/
-        from streamasr.cluster.shards import ray_runner
-
-        run_setting, run["ray"] = ray_runner(request.ray, request.out)
-    records = RecordLog(request.out)
-    try:
-        results, complete = run_all(
-            settings,
-            plan.engine,
-            data.utterances,
-            options,
-            request.stream_counts(),
-            run_setting,
-            records.write,
-        )
-    finally:
-        records.close()
-    doc = report.results_document(run, report.dataset_record(data), results)
-    doc["complete"] = complete
-    if not complete:
-        # stopped by a signal: what finished is written and shown, then the stop goes on
-        doc["stopped"] = stopped_record(results, len(data.utterances) * len(settings))
-        write_results(request.out, doc)
-        show_results(doc, request.out)
-        raise KeyboardInterrupt
-    checks = compare(baseline, doc, rules) if baseline is not None else []
-    write_results(request.out, doc, checks)
-    show_results(doc, request.out)
-    note_int8_batching(entry, settings, str(request.streams or 1))
-    if request.plot is not None:
-        from streamasr.bench.plot import plot_tradeoff
-
-        plot_tradeoff(doc, request.plot)
-        err_console.print(f"plot: {request.plot}", highlight=False, markup=False)
-    if checks:
-        err_console.print("[bold]against the baseline[/bold]")
-        for line in comparison_lines(checks):
-            err_console.print(line, highlight=False, markup=False)
-    if all(s["summary"]["failed"] == s["summary"]["utterances"] for s in doc["settings"]):
-        raise DatasetError("no utterance could be decoded; see the errors in results.json")
-    failed = [c for c in checks if c.failed]
-    if failed:
-        err_console.print(
-            f"[red]regression:[/red] {len(failed)} check(s) beyond --fail-on bounds",
-            highlight=False,
-        )
-    return bool(failed)

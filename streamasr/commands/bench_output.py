@@ -1,47 +1,82 @@
-"""What `streamasr bench` prints after a run, on stderr: the results table and the notes under
-it (skipped rows, text before onset, batching that changed text, where the files went)."""
+"""What `streamasr bench` shows, on stderr: the progress bar (on a terminal only), the results
+table and the notes under it (skipped rows, text before onset, batching that changed text,
+where the files went), each capacity probe and the capacity report."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from streamasr.backends.base import BackendEntry
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from streamasr.bench import capacity_report, results
+from streamasr.bench.baseline import Check, comparison_lines
 from streamasr.bench.outdir import RECORDS_NAME
+from streamasr.bench.report import streams_entries
+from streamasr.bench.run import BenchView
 from streamasr.commands.common import err_console
 from streamasr.output.render import escape
 
 
-def show_results(doc: dict[str, Any], out: Path) -> None:
-    """The results table and the notes under it, on stderr."""
-    from streamasr.bench.results import rich_table
+@contextmanager
+def progress(total: int) -> Iterator[Callable[[str], None]]:
+    """One bar with an ETA over every pass; the callback advances it by one utterance."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+    with Progress(*columns, console=err_console, transient=True,
+                  disable=not err_console.is_terminal) as bar:
+        task = bar.add_task("bench", total=total)
+        yield lambda label: bar.update(task, advance=1, description=escape(label))
 
-    # a terminal gets its own width; a log file or pipe gets the table's natural width,
-    # not 80 columns that would cut the figures of a wide sweep
-    table = rich_table(doc)
+
+def _table(table: Table, width: int) -> None:
+    """A terminal gets its own width; a log file or pipe gets the table's natural width, not
+    80 columns that would cut the figures of a wide sweep."""
     if err_console.is_terminal:
         err_console.print(table)
     else:
-        from rich.console import Console
+        Console(file=err_console.file, width=width, color_system=None).print(table)
 
-        Console(file=err_console.file, width=160, color_system=None).print(table)
+
+def show_results(doc: dict[str, Any], out: Path, notes: list[str], checks: list[Check]) -> None:
+    """The results table, the notes under it and the comparison with the baseline."""
+    _table(results.rich_table(doc), 160)
     _print_notes(doc, out)
+    for note in notes:
+        err_console.print(note, highlight=False, markup=False)
+    if checks:
+        err_console.print("[bold]against the baseline[/bold]")
+        for line in comparison_lines(checks):
+            err_console.print(line, highlight=False, markup=False)
 
 
-def note_int8_batching(entry: BackendEntry, settings: list[Any], streams: str) -> None:
-    """Say plainly when batched rows are not bit-exact (an int8 export), in the words of the
-    engine that knows its precisions, whenever such a model is batched."""
-    most = max((int(p) for p in streams.split(",") if p.strip().isdigit()), default=1)
-    if most > 1 and entry.batching_note is not None:
-        note = entry.batching_note([(s.name, s.recognizer.info) for s in settings])
-        if note is not None:
-            err_console.print(note, highlight=False, markup=False)
+def show_probe(n: int, found: dict[str, Any]) -> None:
+    """One line per probe, also when stderr is a log: a search takes minutes."""
+    err_console.print(f"capacity: {n} streams: p99 {found['p99_ms']} ms, "
+                      f"{'held' if found['held'] else 'missed'}", highlight=False, markup=False)
+
+
+def show_capacity(doc: dict[str, Any], out: Path) -> None:
+    """The capacity table, its headline and where the files went."""
+    _table(capacity_report.rich_table(doc), 120)
+    err_console.print(capacity_report.headline(doc), highlight=False, markup=False)
+    err_console.print(f"results: {out / 'results.json'}, {out / 'results.md'}",
+                      highlight=False, markup=False)
 
 
 def _print_notes(doc: dict[str, Any], out: Path) -> None:
     """Skipped rows, failures and where the files went, under the table."""
-    from streamasr.bench.report import streams_entries
-
     data = doc["dataset"]
     if data["bad_rows"] or data["missing_audio"]:
         err_console.print(
@@ -87,3 +122,6 @@ def _print_notes(doc: dict[str, Any], out: Path) -> None:
         highlight=False,
         markup=False,
     )
+
+
+VIEW = BenchView(progress, show_results, show_probe, show_capacity)

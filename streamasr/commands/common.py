@@ -8,7 +8,6 @@ import errno
 import functools
 import inspect
 import logging
-import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -17,7 +16,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from streamasr.backends.options import Setting, check_number
+from streamasr.backends.options import Setting
 from streamasr.errors import InputError, OutputError, ReaderGone, StreamAsrError, UsageError
 from streamasr.output.render import (
     FORMATS,
@@ -30,18 +29,13 @@ from streamasr.output.render import (
 )
 from streamasr.text.captions import CueRules
 from streamasr.text.printable import printable
-from streamasr.vad.onset import OnsetOptions
 
 err_console = Console(stderr=True, soft_wrap=True)
 
 EXIT_INTERRUPTED = 130
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Number ranges every command checks before it touches audio or a model. An upper bound is
-# where a value stops meaning anything (and a huge one would hang or eat memory), not a limit
-# on useful settings.
-BLOCK_MS_RANGE = (1.0, 60_000.0)  # a feed block from 1 ms to one minute
-TAIL_PADDING_RANGE = (0.0, 30.0)  # seconds of silence appended at the end of input
+# An upper bound is where a value stops meaning anything, not a limit on useful settings.
 CHUNK_RANGE = (1, 1024)  # 50 Hz frames: 20 ms to 20 s
 
 FormatOpt = Annotated[
@@ -71,7 +65,6 @@ QuietOpt = Annotated[
         "(warnings and errors are still printed).",
     ),
 ]
-ONSET_DBFS_RANGE = (-120.0, 0.0)
 RawOpt = Annotated[
     str | None,
     typer.Option(
@@ -100,23 +93,6 @@ PunctuateOpt = Annotated[
                  "pull punct-en`) or a folder with model.onnx and bpe.vocab. Partials stay as "
                  "recognised; wins over --sentence-case."),
 ]
-
-
-def onset_options(onset_dbfs: float | None) -> OnsetOptions:
-    """The onset detector for --onset-dbfs: relative to the noise floor unless a level is given."""
-    low, high = ONSET_DBFS_RANGE
-    if onset_dbfs is not None and not (math.isfinite(onset_dbfs) and low <= onset_dbfs <= high):
-        raise UsageError(
-            f"--onset-dbfs {onset_dbfs:g}: use a level from {low:g} to {high:g} dBFS "
-            "(e.g. -40), or leave it out to measure the noise floor"
-        )
-    return OnsetOptions(threshold_dbfs=onset_dbfs)
-
-
-def check_stream_numbers(block_ms: float | None, tail_padding: float) -> None:
-    """The feed options shared by file, mic and bench (an engine's own are checked by it)."""
-    check_number("--block-ms", block_ms, *BLOCK_MS_RANGE, "ms")
-    check_number("--tail-padding", tail_padding, *TAIL_PADDING_RANGE, "s")
 
 
 def choose_format(fmt: str | None) -> str:

@@ -29,7 +29,8 @@ from streamasr.analysis.mask import (
 from streamasr.backends.base import BackendEntry, check_threads
 from streamasr.backends.declared_budget import budget_from_info
 from streamasr.backends.options import check_number
-from streamasr.backends.registry import settings_budget
+from streamasr.backends.plan import make_plan
+from streamasr.backends.registry import choose_backend, released, settings_budget
 from streamasr.commands.common import (
     CHUNK_RANGE,
     cli_errors,
@@ -58,7 +59,6 @@ LATENCY_HELP = {
     "device": "Where --measure runs the model: cpu, cuda or cuda:N (NeMo). Default cpu.",
     "threads": "CPU threads for --measure.",
 }
-DEFAULT_BACKEND = "sherpa-onnx"  # the registry's default: released names not on disk go here
 
 
 def _check_latency_numbers(
@@ -127,7 +127,13 @@ def build_budget(
     given = {
         "chunk": chunk, "att_context_size": att_context_size, **(engine or {}),
     }
-    entry = _entry_of(model, backend)
+    entry = choose_backend(model, backend)  # a released name: the engine its entry names
+    release = catalog.find(model) if model and not Path(model).exists() else None
+    if release is not None and release.engine == entry.name and not measure:
+        # the engine's other options checked; --chunk picks among the released settings
+        make_plan(model, backend, dict(given, chunk=None), threads=threads, device=device,
+                  entry=entry)
+        return released(release).budget(chunk)
     return _backend_budget(model, backend, entry, given, device, measure, threads)
 
 
@@ -137,19 +143,6 @@ def _settings_budget(**settings: int | str | None) -> LatencyBudget:
     if budget is None:  # every built-in engine declares its arithmetic
         raise UsageError("no engine describes these settings; add --model MODEL")
     return budget
-
-
-def _entry_of(model: str | None, backend: str | None) -> BackendEntry:
-    """The backend that would load `model`, by name only (nothing is loaded).
-
-    A released name that is not on disk stays with the catalog's arithmetic (the default
-    backend's path), which knows NeMo releases too.
-    """
-    from streamasr.backends.registry import choose_backend, find_backend
-    if backend is None and model is not None and not Path(model).exists():
-        if catalog.find(model) is not None:
-            return find_backend(DEFAULT_BACKEND)
-    return choose_backend(model, backend)
 
 
 def _backend_budget(
@@ -164,8 +157,6 @@ def _backend_budget(
     """Ask the backend for its budget; one without its own arithmetic is loaded by the plan
     and its budget derived from what it declares. Then, if asked, the loaded model is measured
     here (session/measure.py steps it through the stepping core), never by the engine."""
-    from streamasr.backends.plan import make_plan
-
     plan = make_plan(model, backend, given, threads=threads, device=device, entry=entry)
     declared = None if entry.budget is None else entry.budget(model, plan.engine, measure)
     if declared is not None and not measure:

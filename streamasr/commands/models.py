@@ -25,7 +25,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from streamasr.backends.registry import describe_folder, install_hooks
+from streamasr.backends.registry import describe_folder, install_hooks, released
 from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup_logging
 from streamasr.distribution import install
 from streamasr.distribution.cache import (
@@ -39,7 +39,7 @@ from streamasr.distribution.cache import (
 )
 from streamasr.distribution.catalog import CATALOG, find
 from streamasr.distribution.download import DEFAULT_TIMEOUT_S, ProgressFn
-from streamasr.distribution.local_models import bundled_models_dir, list_bundled
+from streamasr.distribution.local_models import bundled_models_dir, chunk_label, list_bundled
 from streamasr.distribution.manifest import (
     MANIFEST_NAME,
     record_folder,
@@ -79,6 +79,7 @@ def list_models(
         rows: list[dict[str, object]] = []
         for entry in CATALOG:
             directory = find_cached(entry.name, cache)
+            facts = released(entry)
             rows.append({
                 "name": entry.name,
                 "aliases": list(entry.aliases),
@@ -86,9 +87,8 @@ def list_models(
                 "language": entry.language,
                 "kind": entry.kind,
                 "token_type": entry.token_type,
-                "chunks": list(entry.chunks),
-                "chunk_label": entry.chunk_label,
-                "att_context_sizes": [[a.left, a.right] for a in entry.att_context_sizes],
+                "chunks": list(facts.chunks), "chunk_label": chunk_label(facts.chunks),
+                "att_context_sizes": [], **facts.record,  # the engine's own words
                 "params_m": entry.params_m,
                 "single_file": entry.single_file,
                 "size_mb": entry.size_mb,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -40,21 +41,23 @@ from streamasr.backends.base import (
     Recognizer,
     check_device_name,
 )
-from streamasr.backends.options import EngineOption
+from streamasr.backends.options import EngineOption, check_number
 from streamasr.backends.plan import LoadPlan, make_plan
-from streamasr.commands.common import (
-    check_stream_numbers,
-    err_console,
-    onset_options,
-    spliced_parameters,
-)
+from streamasr.backends.registry import choose_backend
+from streamasr.commands.common import err_console, spliced_parameters
 from streamasr.errors import UsageError
 from streamasr.session.endpointing import ENDPOINT_SWITCH, RULE_OPTIONS, endpoint_options
 from streamasr.session.stream import DEFAULT_TAIL_PADDING_S, StreamOptions
 from streamasr.vad import vad_options
+from streamasr.vad.onset import OnsetOptions
 
 log = logging.getLogger("streamasr")
 
+# Number ranges of the feed, checked before any audio or model is touched. An upper bound is
+# where a value stops meaning anything (and a huge one would hang or eat memory).
+BLOCK_MS_RANGE = (1.0, 60_000.0)  # a feed block from 1 ms to one minute
+TAIL_PADDING_RANGE = (0.0, 30.0)  # seconds of silence appended at the end of input
+ONSET_DBFS_RANGE = (-120.0, 0.0)
 GPU_BACKEND = "nemo"
 GPU_DEVICE = "cuda"
 
@@ -323,16 +326,7 @@ def with_model_options(
 
 def backend_and_device(options: ModelOptions) -> tuple[str | None, str]:
     """--gpu, --backend and --device as one backend name (None: chosen by the model) and device;
-    a CUDA device must be there."""
-    backend, device = _backend_and_device_names(options)
-    if device != "cpu":  # asked of the driver, before torch or NeMo is imported
-        from streamasr.cuda import require_cuda_device
-
-        require_cuda_device(device)
-    return backend, device
-
-
-def _backend_and_device_names(options: ModelOptions) -> tuple[str | None, str]:
+    a CUDA device must be there (asked of the driver, before torch or NeMo is imported)."""
     backend, device = options.backend, options.device
     if options.gpu:
         if backend is not None and backend != GPU_BACKEND:
@@ -344,44 +338,31 @@ def _backend_and_device_names(options: ModelOptions) -> tuple[str | None, str]:
         backend, device = GPU_BACKEND, device or GPU_DEVICE
     device = device or "cpu"
     check_device_name(device)
+    if device != "cpu":
+        from streamasr.cuda import require_cuda_device
+
+        require_cuda_device(device)
     return backend, device
 
 
-def chosen_backend(options: ModelOptions) -> BackendEntry:
-    """The backend that will run: --backend/--gpu, else the one that recognises the model."""
-    from streamasr.backends.registry import choose_backend
-
-    backend, _ = _backend_and_device_names(options)
-    return choose_backend(options.model, backend)
-
-
-def load_plan(
-    options: ModelOptions, entry: BackendEntry | None = None, skip: Iterable[str] = ()
-) -> LoadPlan:
-    """The loading plan the group asks for: the engine settings parsed and range-checked by
-    the chosen backend (refused, naming their owner, when it does not declare them), before
-    anything loads. `skip`: options the caller handles itself (a bench sweep)."""
-    backend, device = _backend_and_device_names(options)
-    entry = entry or chosen_backend(options)
-    given = {k: v for k, v in options.engine.items() if k not in set(skip)}
-    plan = make_plan(
-        options.model, backend, given, threads=options.threads, device=device,
-        verify=options.verify, entry=entry,
-    )  # fmt: skip
-    backend_and_device(options)  # then whether CUDA is there
-    return plan
-
-
 def stream_options(options: ModelOptions, *, paced: bool) -> StreamOptions:
-    """How audio is fed and cut: block, tail padding, onset and the endpoint rules."""
-    check_stream_numbers(options.block_ms, options.tail_padding_s)
+    """How audio is fed and cut: the endpoint rules, block, tail padding and onset."""
     endpoint = endpoint_options(
         options.endpoint, options.rule1_s, options.rule2_s, options.rule3_s
     )
+    check_number("--block-ms", options.block_ms, *BLOCK_MS_RANGE, "ms")
+    check_number("--tail-padding", options.tail_padding_s, *TAIL_PADDING_RANGE, "s")
+    low, high = ONSET_DBFS_RANGE
+    onset = options.onset_dbfs
+    if onset is not None and not (math.isfinite(onset) and low <= onset <= high):
+        raise UsageError(
+            f"--onset-dbfs {onset:g}: use a level from {low:g} to {high:g} dBFS "
+            "(e.g. -40), or leave it out to measure the noise floor"
+        )
     return StreamOptions(
         block_s=options.block_ms / 1000 if options.block_ms else None,
         tail_padding_s=options.tail_padding_s,
-        onset=onset_options(options.onset_dbfs),
+        onset=OnsetOptions(threshold_dbfs=onset),
         paced=paced,
         vad=vad_options(options.vad, options.vad_end, options.vad_gate, options.vad_model),
         endpoint=endpoint,
@@ -415,14 +396,23 @@ class Prepared:
     """A prepared engine choice: every option checked, nothing loaded or downloaded yet.
     `entry` is the backend that parsed the engine options and will load, `plan` what it
     loads (a worker process or a Ray task loads the same), `feed` how audio is fed and cut;
-    with a sweep, the swept option's name and its values, parsed by that backend."""
+    with a sweep, the plan holds the swept option's values, parsed by that backend."""
 
     model: str | None
     entry: BackendEntry
     plan: LoadPlan
     feed: StreamOptions
-    swept: str | None = None
-    values: tuple[Any, ...] = (None,)
+
+    @property
+    def swept(self) -> str | None:
+        """The option a sweep runs over (bench), or None."""
+        return self.plan.engine.swept
+
+    @property
+    def values(self) -> tuple[Any, ...]:
+        """The swept option's values, one load each; (None,) without a sweep."""
+        values: Any = self.plan.engine.own[self.swept] if self.swept else (None,)
+        return tuple(values)
 
     def offer(self) -> None:
         """A catalog model not pulled yet: on a terminal, ask, then pull it. Decided without
@@ -449,24 +439,18 @@ class Prepared:
 
 
 def preflight(options: ModelOptions, *, paced: bool, sweep: bool = False) -> Prepared:
-    """Every check before a model loads, in the one order every command shares: the feed's
-    numbers, the backend and device (a CUDA device asked of the driver, before torch), the
-    backend chosen once, the engine options parsed by it into the plan (one it does not
-    declare refused, naming its owner) and, for a sweep (bench), the swept option's values.
-    Nothing is downloaded or loaded: a command may check more (mic's device) before
+    """Every check before a model loads, in the one order every command shares: the backend
+    and device (a CUDA device asked of the driver, before torch), the feed's numbers, the
+    backend chosen once, and its plan: the engine options parsed by it (one it does not
+    declare refused, naming its owner) and, for a sweep (bench), the values of the option it
+    sweeps. Nothing is downloaded or loaded: a command may check more (mic's device) before
     `Prepared.load`."""
+    backend, device = backend_and_device(options)
     feed = stream_options(options, paced=paced)
-    backend_and_device(options)
-    entry = chosen_backend(options)
-    if sweep:
-        from streamasr.bench.sweep import sweep_values, swept_option
-
-        swept = swept_option(options.engine)
-    else:
-        swept = None
-    plan = load_plan(options, entry, skip=[swept] if swept else [])
-    values = sweep_values(entry, swept, options.engine) if sweep else [None]
-    return Prepared(options.model, entry, plan, feed, swept, tuple(values))
+    entry = choose_backend(options.model, backend)
+    plan = make_plan(options.model, backend, options.engine, threads=options.threads,
+                     device=device, verify=options.verify, entry=entry, sweep=sweep)
+    return Prepared(options.model, entry, plan, feed)
 
 
 def build(options: ModelOptions, *, paced: bool) -> tuple[Recognizer, StreamOptions]:

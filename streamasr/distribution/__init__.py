@@ -1,6 +1,6 @@
 """Model distribution: the released models, and getting them safely onto this machine.
 
-    catalog.py       the one table of released models: names, aliases, URLs, checksums, exports
+    catalog.py       the one table of released models: names, URLs, checksums, engine data
     cache.py         where pulled models live, what counts as installed, one pull at a time
     install.py       `models pull`: download or take an archive, check it, install it atomically
     download.py      HTTP with resume, stall detection, size caps and a full-disk check

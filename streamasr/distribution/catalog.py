@@ -1,8 +1,9 @@
 """The one table of released models: where each lives and the settings it was exported with.
 
 Everything else looks names up here: `models pull` (URL, checksum, size cap), `models list`,
-`file --model NAME` (through the cache), and `latency --model NAME` (export settings, so the
-budget needs no download).
+`file --model NAME` (through the cache), and `latency --model NAME` (the release's settings,
+so the budget needs no download). Those settings are each engine's own (`engine_data`): only
+the engine named in `engine` reads them, through its `released` hook.
 
 Checksums: sherpa-onnx's release page publishes none, so `archive_sha256` is filled in only
 where the same value is recorded by several independent projects that downloaded the asset.
@@ -25,62 +26,6 @@ PUNCT_RELEASE_URL = (
     "https://github.com/k2-fsa/sherpa-onnx/releases/download/punctuation-models/{name}.tar.bz2"
 )
 HF_FILE_URL = "https://huggingface.co/{repo}/resolve/main/{file}"
-NEMO_STEP_MS = 80.0  # FastConformer: 8x subsampling of 10 ms frames
-CHUNK_FRAME_MS = 20.0  # --chunk counts 50 Hz frames
-ZIPFORMER2_PAD = 13  # T - decode_chunk_len: 7 for the subsampling convs + 2 x 3 for ConvNeXt
-ZIPFORMER_PAD = 7  # zipformer (v1): the subsampling convs only
-
-
-@dataclass(frozen=True)
-class ZipformerExport:
-    """One exported chunk setting of a streaming Zipformer, as its encoder metadata says."""
-
-    model_type: str  # "zipformer2" or "zipformer"
-    decode_chunk_len: int  # 100 Hz fbank frames per encoder step
-    T: int  # fbank frames each step reads (named as the metadata key is)
-    left_context: int  # 50 Hz frames of attention history; 0 when not published
-
-    @property
-    def chunk(self) -> int:
-        """Chunk in 50 Hz frames (16 = 320 ms)."""
-        return self.decode_chunk_len // 2
-
-    @property
-    def chunk_ms(self) -> float:
-        return self.decode_chunk_len * 10.0
-
-    @property
-    def lookahead_ms(self) -> float:
-        return (self.T - self.decode_chunk_len) * 10.0
-
-
-def zipformer2(chunk: int, left_context: int) -> ZipformerExport:
-    return ZipformerExport("zipformer2", 2 * chunk, 2 * chunk + ZIPFORMER2_PAD, left_context)
-
-
-def zipformer1(chunk: int, left_context: int) -> ZipformerExport:
-    return ZipformerExport("zipformer", 2 * chunk, 2 * chunk + ZIPFORMER_PAD, left_context)
-
-
-@dataclass(frozen=True)
-class AttContext:
-    """A NeMo cache-aware `att_context_size=[left, right]` the model was trained with."""
-
-    left: int  # encoder steps of 80 ms
-    right: int
-
-    @property
-    def chunk_ms(self) -> float:
-        return (self.right + 1) * NEMO_STEP_MS
-
-    @property
-    def lookahead_ms(self) -> float:
-        return self.right * NEMO_STEP_MS
-
-    @property
-    def chunk(self) -> int:
-        """The chunk in 50 Hz frames, the unit of `--chunk` (80 ms = 4)."""
-        return int(self.chunk_ms // CHUNK_FRAME_MS)
 
 
 @dataclass(frozen=True)
@@ -97,9 +42,10 @@ class CatalogEntry:
     size_mb: float  # download size in MiB (approximate when archive_bytes is None)
     description: str
     archive_bytes: int | None = None  # exact download size when known
-    engine: str = "sherpa-onnx"  # "sherpa-onnx" (backends/sherpa/) or "nemo" (backends/nemo/)
-    exports: tuple[ZipformerExport, ...] = ()  # sherpa-onnx Zipformer exports
-    att_context_sizes: tuple[AttContext, ...] = ()  # NeMo FastConformer look-aheads
+    engine: str = "sherpa-onnx"  # the backend that runs it (backends/registry.py's name)
+    # each released setting in its engine's own words, read only by that engine's package
+    # (its `released` hook): sherpa-onnx's exports, NeMo's trained att_context_sizes
+    engine_data: tuple[tuple[str | int, ...], ...] = ()
     params_m: float | None = None  # millions of parameters, where published
     file_name: str | None = None  # a single-file model (.nemo): its name; None: a tarball
 
@@ -115,32 +61,12 @@ class CatalogEntry:
         return f"{prefix}{self.size_mb:.0f} MB"
 
     @property
-    def chunks(self) -> tuple[int, ...]:
-        """Chunk sizes in 50 Hz frames (16 = 320 ms), whichever family the model is."""
-        if self.exports:
-            return tuple(dict.fromkeys(e.chunk for e in self.exports))
-        return tuple(a.chunk for a in self.att_context_sizes)
-
-    @property
-    def chunk_label(self) -> str:
-        """`320 ms` or `80/560/1120 ms`, for tables."""
-        values = [e.chunk_ms for e in self.exports] or [a.chunk_ms for a in self.att_context_sizes]
-        unique = list(dict.fromkeys(values))
-        if not unique:  # not a streaming speech model (punctuation)
-            return "-"
-        return "/".join(f"{v:.0f}" for v in unique) + " ms"
-
-    @property
     def single_file(self) -> bool:
         return self.file_name is not None
 
 
 def _release(name: str) -> str:
     return RELEASE_URL.format(name=name)
-
-
-def _nemo_contexts(*rights: int) -> tuple[AttContext, ...]:
-    return tuple(AttContext(70, r) for r in rights)
 
 
 def _sherpa_nemo_export(lookahead_ms: int, right: int) -> CatalogEntry:
@@ -159,7 +85,7 @@ def _sherpa_nemo_export(lookahead_ms: int, right: int) -> CatalogEntry:
         description=f"NeMo stt_en_fastconformer_hybrid_large_streaming_{lookahead_ms}ms exported "
         f"for sherpa-onnx (transducer head): att_context_size [70,{right}], {lookahead_ms} ms "
         "look-ahead.",
-        att_context_sizes=_nemo_contexts(right),
+        engine_data=(("fastconformer", 70, right),),
         params_m=114.0,
     )
 
@@ -177,7 +103,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         archive_bytes=310_414_022,
         description="Zipformer2 transducer, 66 M params, LibriSpeech; exports with left "
         "context 64 and 128, fp32 and int8.",
-        exports=(zipformer2(16, 128), zipformer2(16, 64)),
+        engine_data=(("zipformer2", 16, 128), ("zipformer2", 16, 64)),
         params_m=66.0,
     ),
     CatalogEntry(
@@ -191,7 +117,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         size_mb=122.0,
         archive_bytes=127_887_156,
         description="Small zipformer (v1) transducer, 20 M params, LibriSpeech; fp32 and int8.",
-        exports=(zipformer1(16, 64),),
+        engine_data=(("zipformer", 16, 64),),
         params_m=20.0,
     ),
     CatalogEntry(
@@ -205,7 +131,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         size_mb=55.0,
         description="Kroko (Banafo) English streaming Zipformer2, 1.28 s chunks: the first "
         "decode comes after about 1.4 s of audio, then one every 1.28 s.",
-        exports=(zipformer2(64, 0),),
+        engine_data=(("zipformer2", 64, 0),),
     ),
     CatalogEntry(
         name="sherpa-onnx-streaming-zipformer-bilingual-zh-en-2023-02-20",
@@ -218,7 +144,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         size_mb=488.0,
         archive_bytes=511_274_346,
         description="Zipformer (v1) transducer for mixed Mandarin and English speech.",
-        exports=(zipformer1(16, 64),),
+        engine_data=(("zipformer", 16, 64),),
     ),
     CatalogEntry(
         name="sherpa-onnx-streaming-zipformer-multi-zh-hans-2023-12-12",
@@ -230,7 +156,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         token_type="bpe",
         size_mb=296.0,
         description="Zipformer2 transducer, Mandarin, trained on 14k hours (multi_zh-hans).",
-        exports=(zipformer2(16, 128),),
+        engine_data=(("zipformer2", 16, 128),),
     ),
     CatalogEntry(
         name="sherpa-onnx-streaming-zipformer-ctc-multi-zh-hans-2023-12-13",
@@ -242,7 +168,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         token_type="bpe",
         size_mb=236.0,
         description="Zipformer2 CTC, Mandarin, trained on 14k hours (multi_zh-hans).",
-        exports=(zipformer2(16, 128),),
+        engine_data=(("zipformer2", 16, 128),),
     ),
     CatalogEntry(
         name="sherpa-onnx-streaming-zipformer-zh-int8-2025-06-30",
@@ -255,7 +181,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         size_mb=160.0,
         description="Newer Mandarin Zipformer2 transducer, int8 only. Its chunk is not "
         "published: chunk 16 is the recipe's default; `latency --model DIR` reads the real one.",
-        exports=(zipformer2(16, 0),),
+        engine_data=(("zipformer2", 16, 0),),
     ),
     _sherpa_nemo_export(80, 1),
     _sherpa_nemo_export(480, 6),
@@ -276,7 +202,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         description="NeMo cache-aware FastConformer, hybrid RNNT+CTC, trained with look-ahead "
         "1040/480/80/0 ms ([70,13], [70,6], [70,1], [70,0]); for the NeMo engine.",
         engine="nemo",
-        att_context_sizes=_nemo_contexts(13, 6, 1, 0),
+        engine_data=((70, 13), (70, 6), (70, 1), (70, 0)),
         params_m=114.0,
         file_name="stt_en_fastconformer_hybrid_large_streaming_multi.nemo",
     ),
@@ -295,7 +221,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         description="NeMo cache-aware FastConformer RNNT that emits an end-of-utterance "
         "token, att_context_size [70,1] (80 ms look-ahead); for the NeMo engine.",
         engine="nemo",
-        att_context_sizes=_nemo_contexts(1),
+        engine_data=((70, 1),),
         params_m=120.0,
         file_name="parakeet_realtime_eou_120m-v1.nemo",
     ),
@@ -314,7 +240,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         description="NVIDIA Nemotron Speech Streaming, cache-aware FastConformer RNNT, 0.6 B; "
         "chunks 80-1120 ms ([70,0], [70,1], [70,6], [70,13]); for the NeMo engine.",
         engine="nemo",
-        att_context_sizes=_nemo_contexts(13, 6, 1, 0),
+        engine_data=((70, 13), (70, 6), (70, 1), (70, 0)),
         params_m=600.0,
         file_name="nemotron-speech-streaming-en-0.6b.nemo",
     ),

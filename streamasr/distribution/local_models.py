@@ -25,10 +25,12 @@ class FolderFacts:
 
     @property
     def chunk_label(self) -> str:
-        """'320 ms' or '320/640 ms' (chunks are 50 Hz frames); '-' when none are known."""
-        if not self.chunks:
-            return "-"
-        return "/".join(str(c * 20) for c in self.chunks) + " ms"
+        return chunk_label(self.chunks)
+
+
+def chunk_label(chunks: tuple[int, ...]) -> str:
+    """'320 ms' or '320/640 ms' (chunks are 50 Hz frames); '-' when none are known."""
+    return "/".join(str(c * 20) for c in chunks) + " ms" if chunks else "-"
 
 
 def bundled_models_dir() -> Path:

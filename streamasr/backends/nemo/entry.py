@@ -8,8 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from streamasr.analysis.latency import LatencyBudget
-from streamasr.backends.base import BackendEntry, BudgetSettings, EngineOptions, Recognizer
+from streamasr.backends.base import (
+    BackendEntry,
+    BudgetSettings,
+    EngineOptions,
+    Recognizer,
+    Released,
+)
 from streamasr.backends.nemo.options import LACKS, OPTIONS, NemoSettings
+from streamasr.distribution.catalog import CatalogEntry
 from streamasr.distribution.local_models import FolderFacts
 from streamasr.errors import ModelError
 from streamasr.whole_file import check_file
@@ -100,6 +107,14 @@ def _describe(directory: Path) -> FolderFacts | None:
     return FolderFacts(engine="nemo") if any(directory.glob("*.nemo")) else None
 
 
+
+def _released(entry: CatalogEntry) -> Released:
+    """What the catalog records of one of its releases (chunks, budget), read by this engine."""
+    from streamasr.backends.nemo.released import released
+
+    return released(entry)
+
+
 BACKEND = BackendEntry(
     name="nemo",
     summary="NVIDIA NeMo cache-aware FastConformer (.nemo), CUDA or CPU",
@@ -110,6 +125,7 @@ BACKEND = BackendEntry(
     label="NeMo",
     lacks=LACKS,
     arithmetic=_arithmetic,
+    released=_released,
     check_file=_check_file,
     describe=_describe,
 )

@@ -20,12 +20,15 @@ FBANK_WINDOW_MS = 25.0
 #: far past the shift's end: (25 - 10) / 2 = 7.5 ms.
 FBANK_TAIL_MS = (FBANK_WINDOW_MS - FBANK_SHIFT_MS) / 2
 ZIPFORMER_OUTPUT_MS = 40.0  # 25 Hz encoder output: 2x front end, 2x output downsampling
-# --chunk's 20 ms frames and the Zipformer look-ahead pads are the catalog's constants.
+CHUNK_FRAME_MS = 20.0  # --chunk counts 50 Hz frames
+#: T - decode_chunk_len by model type: 7 for the subsampling convs (+ 2 x 3 for ConvNeXt)
+PADS = {"zipformer2": 13, "zipformer": 7}
 
 
 @dataclass(frozen=True)
 class PublishedExport:
-    """A released model's export settings, as the catalog records them (`distribution.catalog`).
+    """A released model's export settings, from the catalog's record of it (`engine_data`:
+    model type, chunk and left context each).
 
     These are the values the released encoder files carry in their metadata, so
     `streamasr latency --model en-20M` works without downloading anything.
@@ -39,11 +42,11 @@ class PublishedExport:
     T: int  # named as the metadata key is
 
 
-def _exports_of(entry: catalog.CatalogEntry) -> tuple[PublishedExport, ...]:
-    return tuple(
-        PublishedExport(entry.name, e.model_type, e.chunk, e.left_context, e.decode_chunk_len, e.T)
-        for e in entry.exports
-    )
+def exports_of(entry: catalog.CatalogEntry) -> tuple[PublishedExport, ...]:
+    """The Zipformer exports among a sherpa-onnx release's settings (type, chunk, left)."""
+    exports = [(str(e[0]), int(e[1]), int(e[2])) for e in entry.engine_data if e[0] in PADS]
+    return tuple(PublishedExport(entry.name, kind, chunk, left, 2 * chunk,
+                                 2 * chunk + PADS[kind]) for kind, chunk, left in exports)
 
 
 #: A view of the catalog, alias to release name (the catalog is the one table).
@@ -60,7 +63,7 @@ def published_export(name: str, chunk: int | None = None) -> PublishedExport:
             f"unknown model {name!r}; {catalog.did_you_mean(name)}. Or pass --model DIR with "
             "a sherpa-onnx streaming model directory"
         )
-    exports = _exports_of(entry)
+    exports = exports_of(entry)
     if not exports:
         raise ModelError(f"{entry.name} is a NeMo FastConformer, not a Zipformer export")
     if chunk is not None:
@@ -102,9 +105,9 @@ def zipformer_budget(
     best_ms = look_ms + tail
     average_ms = look_ms + tail + chunk_ms / 2
     chunk50 = decode_chunk_len / 2
-    if pad == catalog.ZIPFORMER2_PAD:
+    if pad == PADS["zipformer2"]:
         pad_note = "7 frames for the subsampling convs + 2 x 3 for ConvNeXt"
-    elif pad == catalog.ZIPFORMER_PAD:
+    elif pad == PADS["zipformer"]:
         pad_note = "7 frames for the subsampling convs"
     else:
         pad_note = ""
@@ -155,7 +158,7 @@ def zipformer_budget(
         lines.append(
             BudgetLine(
                 "left_context_s", "left context (attention history)",
-                left_context * catalog.CHUNK_FRAME_MS / 1000, "s",
+                left_context * CHUNK_FRAME_MS / 1000, "s",
                 f"left_context_len x 20 ms = {left_context} x 20 ms",
                 f"= {_num(left_context / chunk50)} chunks",
             )
@@ -191,9 +194,8 @@ def budget_for_zipformer2_chunk(chunk: int) -> LatencyBudget:
     """Textbook zipformer2 arithmetic for `--chunk N` when no model is given."""
     if chunk < 1:
         raise UsageError(f"--chunk {chunk}: use a positive number of 50 Hz frames, e.g. 16")
-    export = catalog.zipformer2(chunk, 0)
     budget = zipformer_budget(
-        export.decode_chunk_len, export.T,
+        2 * chunk, 2 * chunk + PADS["zipformer2"],
         source="no model read: decode_chunk_len = 2 x chunk, T = decode_chunk_len + 13",
     )
     return budget

@@ -16,8 +16,10 @@ from streamasr.backends.base import (
     BudgetSettings,
     EngineOptions,
     Recognizer,
+    Released,
 )
 from streamasr.backends.sherpa.options import OPTIONS, SherpaSettings
+from streamasr.distribution.catalog import CatalogEntry
 from streamasr.distribution.local_models import FolderFacts
 
 NAME = "sherpa-onnx"
@@ -104,6 +106,14 @@ def _describe(directory: Path) -> FolderFacts | None:
     return describe_folder(directory)
 
 
+
+def _released(entry: CatalogEntry) -> Released:
+    """What the catalog records of one of its releases (chunks, budget), read by this engine."""
+    from streamasr.backends.sherpa.released import released
+
+    return released(entry)
+
+
 BACKEND = BackendEntry(
     name=NAME,
     summary="sherpa-onnx streaming Zipformer transducer / CTC exports, CPU",
@@ -114,6 +124,7 @@ BACKEND = BackendEntry(
     label="sherpa-onnx",
     budget=_budget,
     arithmetic=_arithmetic,
+    released=_released,
     prepare_folder=_prepare_folder,
     describe=_describe,
     batching_note=_batching_note,

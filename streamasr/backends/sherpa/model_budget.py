@@ -9,11 +9,11 @@ from pathlib import Path
 
 from streamasr.analysis.latency import LatencyBudget
 from streamasr.backends.base import EngineOptions
-from streamasr.backends.released import catalog_budget
-from streamasr.backends.sherpa.budget import budget_from_metadata
+from streamasr.backends.sherpa.budget import budget_from_metadata, exports_of
 from streamasr.backends.sherpa.modeldir import resolve_model
 from streamasr.backends.sherpa.onnx_meta import read_encoder_metadata
 from streamasr.backends.sherpa.options import SherpaSettings
+from streamasr.backends.sherpa.released import released
 from streamasr.distribution import cache, catalog
 from streamasr.distribution.local_models import list_bundled
 from streamasr.errors import ModelError, UsageError
@@ -33,8 +33,8 @@ def model_budget(model: str | None, options: EngineOptions, measure: bool) -> La
     entry = catalog.find(model) if model is not None else None
     if model is not None and entry is not None and not Path(model).exists():
         if not measure:
-            return catalog_budget(model, chunk)
-        if not entry.exports:
+            return released(entry).budget(chunk)
+        if not exports_of(entry):
             raise UsageError(
                 f"--measure runs the model's files; {entry.name} is a NeMo FastConformer "
                 "release, which is not downloaded here: pass --model PATH.nemo (its .nemo "
