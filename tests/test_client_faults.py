@@ -86,3 +86,39 @@ def test_every_final_a_draining_server_sent_is_written(tmp_path: Path) -> None:
     assert lines[1].startswith("The right time"), stderr
     assert "server shutting down" in stderr and "2 finals received" in stderr
     assert not list(tmp_path.glob("*.part"))
+
+
+def test_a_killed_server_is_reported_with_what_was_received(tmp_path: Path) -> None:
+    with serve() as server:
+        process = client(server.url, tmp_path)
+        first_final(process, tmp_path)
+        server.stop(signal.SIGKILL)
+        stderr, _ = ended(process)
+    assert process.returncode == 1 and "Traceback" not in stderr, stderr
+    assert "no text recognised" not in stderr and "(None)" not in stderr, stderr
+    assert "without a word" in stderr and "1 final received" in stderr, stderr
+    assert (tmp_path / "stdin.txt").read_text().splitlines() == [SPOKEN]
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_a_silent_server_ends_the_client_within_the_stated_timeout(tmp_path: Path) -> None:
+    with serve() as server:
+        process = client(server.url, tmp_path, env={"STREAMASR_FINISH_TIMEOUT_S": "2"})
+        first_final(process, tmp_path)
+        server.process.send_signal(signal.SIGSTOP)  # connected, and says nothing more
+        try:
+            assert process.stdin is not None
+            process.stdin.close()  # the end of input: the client sends its end message
+            start = time.monotonic()
+            process.wait(timeout=60)
+            waited_s = time.monotonic() - start
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+    assert process.stderr is not None
+    stderr = process.stderr.read().decode()
+    assert process.returncode == 1 and "Traceback" not in stderr, stderr
+    assert "no summary within" in stderr, stderr
+    # 2 s, plus the audio the server had not answered for (the silence fed while waiting)
+    assert waited_s < 30, stderr
+    assert (tmp_path / "stdin.txt").read_text().splitlines() == [SPOKEN]
+    assert not list(tmp_path.glob("*.part"))

@@ -103,10 +103,10 @@ def _refused(status: int, path: str, token: str | None) -> str:
         if token:
             return f"the server refused the token (HTTP 401); check ${TOKEN_VARIABLE}"
         return f"the server wants a token (HTTP 401); set {TOKEN_VARIABLE} to it"
+    if status in (403, 404) and path != WS_PATH:  # a route it does not have
+        return f"no WebSocket at {path or '/'} (HTTP {status}); the path is {WS_PATH}"
     if status == 403:
         return f"the server refused this client (HTTP 403); check ${TOKEN_VARIABLE}"
-    if status == 404:
-        return f"no WebSocket at {path or '/'} (HTTP 404); the path is {WS_PATH}"
     if status == 503:
         return "the server is full or stopping (HTTP 503); try again later"
     return f"the server refused the connection (HTTP {status})"
