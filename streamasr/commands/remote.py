@@ -117,7 +117,7 @@ def remote_model(
 
 def finish_timeout_s() -> float:
     """$STREAMASR_FINISH_TIMEOUT_S, else FINISH_TIMEOUT_S: the least wait for the summary
-    after the end of input (docs/serve.md#the-client)."""
+    after the end of input (docs/serve.md, "When the server fails the client")."""
     from streamasr.server.client import FINISH_TIMEOUT_S
 
     given = os.environ.get(FINISH_TIMEOUT_VARIABLE)
