@@ -43,8 +43,12 @@ def read_whole(
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise _unreadable(path, what, fix, error, exc) from None
-    with os.fdopen(fd, "rb") as handle:
+    try:  # checked before fdopen, which refuses a folder with an IsADirectoryError
         _check(os.fstat(fd), path, what, max_bytes, fix, error)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as handle:
         try:
             data = handle.read(max_bytes + 1)
         except OSError as exc:

@@ -32,10 +32,12 @@ def cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def make(path: Path, kind: str) -> Path:
-    """Turn `path` into a FIFO, a sparse 3 GiB file or a link to /dev/zero."""
+    """Turn `path` into a FIFO, a folder, a sparse 3 GiB file or a link to /dev/zero."""
     if path.exists() or path.is_symlink():
         path.unlink()
-    if kind == "fifo":
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
         os.mkfifo(path)
     elif kind == "huge":
         with path.open("wb") as handle:
@@ -48,6 +50,7 @@ def make(path: Path, kind: str) -> Path:
 SAYS = {
     "zero": "is a device, not a regular file",
     "fifo": "is a FIFO (named pipe), not a regular file",
+    "folder": "is a folder, not a file",
     "huge": f"is {HUGE_BYTES} bytes, larger than such a file can be",
 }
 
@@ -76,6 +79,7 @@ def test_a_vad_model_that_is_no_file_is_refused_before_it_is_read(
     [
         ("bpe.vocab", "fifo", "punctuation vocabulary"),
         ("bpe.vocab", "zero", "punctuation vocabulary"),
+        ("bpe.vocab", "folder", "punctuation vocabulary"),
         ("model.onnx", "huge", "punctuation model"),
         ("model.onnx", "fifo", "punctuation model"),
     ],
@@ -95,6 +99,7 @@ def test_a_punctuation_folder_file_that_is_no_file_is_refused(
     [
         ("tokens.txt", "fifo", "token list"),
         ("tokens.txt", "huge", "token list"),
+        ("tokens.txt", "folder", "token list"),
         ("encoder-epoch-99-avg-1-chunk-16-left-64.int8.onnx", "fifo", "model file"),
         ("encoder-epoch-99-avg-1-chunk-16-left-64.int8.onnx", "huge", "model file"),
     ],
@@ -109,7 +114,7 @@ def test_a_model_folder_file_that_is_no_file_is_refused(
     one_line(done, 1, what, SAYS[kind])
 
 
-@pytest.mark.parametrize("kind", ["fifo", "zero"])
+@pytest.mark.parametrize("kind", ["fifo", "zero", "folder"])
 def test_option_files_that_are_no_files_are_usage_errors(tmp_path: Path, kind: str) -> None:
     hotwords = make(tmp_path / "hot.txt", kind)
     done = cli(tmp_path, "file", str(CLIP), "--decoding-method", "modified_beam_search",

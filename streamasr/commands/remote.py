@@ -55,6 +55,8 @@ RoomOpt = Annotated[
 SESSION_FIELDS = ("endpoint", "rule1_s", "rule2_s", "rule3_s", "block_ms", "tail_padding_s")
 #: Those sent only when given on the command line (else the server's).
 GIVEN_FIELDS = ("endpoint", "rule1_s", "rule2_s", "rule3_s")
+#: The variable that sets the wait for the summary after the end of input.
+FINISH_TIMEOUT_VARIABLE = "STREAMASR_FINISH_TIMEOUT_S"
 #: Seconds of audio per message sent (the server cuts its own feed blocks).
 SEND_BLOCK_S = 0.1
 
@@ -109,6 +111,7 @@ def remote_model(
     from streamasr.server.client import connect
 
     model = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None)
+    model.finish_timeout_s = finish_timeout_s()
     model.settings = session_settings(model_options, finished_here)
     if room is not None:
         model.settings["room"] = room
@@ -130,6 +133,23 @@ def room_finishing(
     if punctuate is not None:
         return Finishing(), {"punctuate": True}
     return Finishing(), {"sentence_case": True} if sentence_case else {}
+
+
+def finish_timeout_s() -> float:
+    """$STREAMASR_FINISH_TIMEOUT_S, else FINISH_TIMEOUT_S: the least wait for the summary
+    after the end of input (docs/serve.md, "When the server fails the client")."""
+    from streamasr.server.client import FINISH_TIMEOUT_S
+
+    given = os.environ.get(FINISH_TIMEOUT_VARIABLE)
+    if not given:
+        return FINISH_TIMEOUT_S
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < 1e6:
+        raise UsageError(f"{FINISH_TIMEOUT_VARIABLE}={given[:40]!r}: give seconds above 0")
+    return seconds
 
 
 def check_room(room: str | None, server: str | None) -> None:

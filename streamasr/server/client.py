@@ -17,6 +17,7 @@ utterance of a RemoteModel, one after another.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,71 +25,26 @@ from typing import Any
 
 import numpy as np
 
-from streamasr.errors import InputError, StreamAsrError
+from streamasr.errors import InputError
 from streamasr.extras import install_hint
-from streamasr.session.events import (
-    EVENT_TYPES,
-    WIRE_VERSION,
-    Event,
-    Final,
-    StreamSummary,
-    event_from_dict,
+from streamasr.server.client_connect import WS_PATH, open_connection, with_ws_path
+from streamasr.server.client_records import (
+    ServerError,
+    event_from_record,
+    read_record,
+    summary_from_record,
 )
+from streamasr.session.events import EVENT_TYPES, Event, Final, FirstToken, Partial, StreamSummary
 from streamasr.session.stream import DEFAULT_TAIL_PADDING_S
 
 #: What a local model's stream uses unless told otherwise: feed blocks of one chunk, the
 #: default tail padding (so a RemoteModel gives its events whatever the server's defaults).
 LOCAL_SETTINGS: dict[str, Any] = {"block_ms": "chunk", "tail_padding_s": DEFAULT_TAIL_PADDING_S}
-__all__ = ["EVENT_TYPES", "RemoteModel", "RemoteSession", "ServerError", "connect"]
-#: Where a URL without a path goes: the server's WebSocket route.
-WS_PATH = "/ws"
-
-
-class ServerError(StreamAsrError):
-    """The server could not be reached, refused the connection or closed it; says why."""
-
-
-def event_from_record(record: dict[str, Any]) -> Event:
-    """An event object from one JSON record the server (or `file --format jsonl`) wrote; a
-    record of a later wire version than this client reads is refused, not misread."""
-    version = record.get("v", WIRE_VERSION)
-    if not isinstance(version, int) or version > WIRE_VERSION:
-        raise ServerError(
-            f"the server sends events of wire version {version!r}; this client reads up to "
-            f"{WIRE_VERSION}: upgrade streamasr here (pip install -U streamasr)"
-        )
-    try:
-        return event_from_dict(record)
-    except ValueError as exc:
-        raise ServerError(f"the server sent an event this client cannot read: {exc}") from None
-
-
-def with_ws_path(url: str) -> str:
-    """`url` with the server's WebSocket path when it names none (ws://HOST:PORT -> /ws)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url  # the WebSocket client says what is wrong with it
-    if parts.scheme in ("ws", "wss") and parts.path in ("", "/"):
-        return urlunsplit(parts._replace(path=WS_PATH))
-    return url
-
-
-def summary_from_record(record: dict[str, Any], finals: Iterable[Final]) -> StreamSummary:
-    """The summary object from the server's summary record and the finals seen before it."""
-    return StreamSummary(
-        source=record["source"],
-        audio_s=record["audio_s"],
-        compute_s=record["compute_s"],
-        wall_s=record["wall_s"],
-        text=record["text"],
-        finals=tuple(finals),
-        first_token_latency_s=record.get("first_token_latency_s"),
-        first_token_wall_latency_s=record.get("first_token_wall_latency_s"),
-        revisions=record.get("revisions", 0),
-    )
+__all__ = ["EVENT_TYPES", "WS_PATH", "RemoteModel", "RemoteSession", "ServerError", "connect",
+           "event_from_record", "with_ws_path"]  # fmt: skip
+#: After the end of input, how long the client waits for the summary at least; the audio
+#: the server has not yet answered for is added (it may still be decoding a backlog).
+FINISH_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -98,6 +54,9 @@ class RemoteModel:
     url: str
     token: str | None = None
     open_timeout_s: float = 30.0
+    # after the end of input: the least wait for the summary (FINISH_TIMEOUT_S says more)
+    finish_timeout_s: float = FINISH_TIMEOUT_S
+    cafile: str | None = None  # PEM certificates to trust for wss:// (a self-signed server)
     # per-session settings sent with every config (block_ms, tail_padding_s, endpoint,
     # rule1_s, rule2_s, rule3_s): by default open_model()'s feed block and tail padding
     settings: dict[str, Any] = field(default_factory=lambda: dict(LOCAL_SETTINGS))
@@ -110,28 +69,8 @@ class RemoteModel:
         self._connection()
 
     def _connection(self) -> Any:
-        if self._ws is not None:
-            return self._ws
-        from websockets.exceptions import InvalidHandshake, InvalidURI
-        from websockets.sync.client import connect as ws_connect
-
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
-        try:
-            connection = ws_connect(
-                with_ws_path(self.url),
-                additional_headers=headers,
-                open_timeout=self.open_timeout_s,
-                compression=None,
-                max_size=None,
-            )
-            # entered as a context manager (closed in close()): what websockets >= 16 asks
-            self._ws = connection.__enter__()
-        except InvalidURI:
-            raise ServerError(
-                f"{self.url!r} is not a WebSocket URL; give ws://HOST:PORT/ws (or wss://)"
-            ) from None
-        except (OSError, TimeoutError, InvalidHandshake) as exc:
-            raise ServerError(f"cannot connect to {self.url}: {exc}") from None
+        if self._ws is None:
+            self._ws = open_connection(self.url, self.token, self.open_timeout_s, self.cafile)
         return self._ws
 
     def stream(
@@ -165,10 +104,14 @@ class RemoteModel:
         return self.last_summary
 
     def close(self) -> None:
-        """Close the connection (a later stream() opens a new one)."""
-        if self._ws is not None:
-            self._ws.close()
-            self._ws = None
+        """Close the connection (a later stream() opens a new one); a connection that
+        fails as it closes is dropped all the same (what it carried was already read)."""
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            try:
+                ws.close()
+            except Exception:  # noqa: BLE001 - a broken connection has nothing left to say
+                pass
 
     def __enter__(self) -> RemoteModel:
         return self
@@ -184,7 +127,9 @@ class RemoteSession:
     backlog warnings, the flush on Ctrl-C) through the one driver, which feeds a session
     block by block and finishes it on every exit path; this is that session, decoded by
     the server. `feed` sends a block and returns the events already sent back; `finish`
-    sends the end and returns the rest, up to the server's summary.
+    sends the end and returns the rest, up to the server's summary. Events read are kept
+    until handed on: when the server fails (closes, stops answering, sends what cannot be
+    read), the error goes up and the driver's `finish` still returns those already read.
     """
 
     def __init__(self, model: RemoteModel, sample_rate: int, name: str, realtime: bool) -> None:
@@ -194,6 +139,10 @@ class RemoteSession:
         self.realtime = realtime
         self.received_summary: StreamSummary | None = None
         self._finals: list[Final] = []
+        self._pending: list[Event] = []
+        self._first_token: FirstToken | None = None
+        self._revisions = 0
+        self._answered_s = 0.0  # the latest audio time an event was sent for
         self._samples = 0
         self._started = self._finished = False
 
@@ -205,46 +154,56 @@ class RemoteSession:
 
     def feed(self, samples: np.ndarray) -> list[Event]:
         """Send one block; the events the server has sent so far."""
-        with self._closed_as_error():
+        if self._finished:
+            raise ServerError("the stream has ended; open a new session")
+        with self._failures():
             ws = self._open()
             ws.send(np.ascontiguousarray(samples, "<f4").tobytes())
             self._samples += len(samples)
-            events: list[Event] = []
             while (message := _poll(ws)) is not None:
-                record = json.loads(message)
-                if record.get("type") == "summary":
-                    raise ServerError("the server sent a summary before the end of input")
-                events.append(self._take(record))
-            return events
+                if self._take(read_record(message)):
+                    raise ServerError(
+                        f"the server ended the stream after {self.sent_s:.2f} s, before the "
+                        "end of the input (it sent its summary)"
+                    )
+        return self._handed_on()
 
     def finish(self) -> list[Event]:
         """End the input: the remaining events, up to the summary (an input of no audio
-        still gets its config, end and summary)."""
+        still gets its config, end and summary). After a failure: the events read and not
+        yet handed on. The summary must come within `finish_timeout_s` plus the audio the
+        server has not yet answered for, else a ServerError."""
         if self._finished:
-            return []
+            return self._handed_on()
         self._finished = True
-        events: list[Event] = []
-        with self._closed_as_error():
+        with self._failures():
             ws = self._open()
             ws.send(json.dumps({"type": "end"}))
-            while True:
-                record = json.loads(ws.recv())
-                if record.get("type") == "summary":
-                    self.received_summary = summary_from_record(record, self._finals)
-                    return events
-                events.append(self._take(record))
+            limit_s = self.model.finish_timeout_s + max(0.0, self.sent_s - self._answered_s)
+            deadline = time.monotonic() + limit_s
+            while not self._take(read_record(_within(ws, deadline, limit_s))):
+                pass
+        return self._handed_on()
+
+    @property
+    def sent_s(self) -> float:
+        """Seconds of audio sent so far."""
+        return self._samples / self.sample_rate
 
     def summary(self) -> StreamSummary:
         """The server's summary; before it came (the connection failed), what came so far."""
         if self.received_summary is not None:
             return self.received_summary
+        first = self._first_token
         return StreamSummary(
             source=self.source_name,
-            audio_s=self._samples / self.sample_rate,
+            audio_s=self.sent_s,
             compute_s=0.0,
             wall_s=0.0,
             text=" ".join(final.text for final in self._finals),
             finals=tuple(self._finals),
+            first_token_latency_s=first.latency_s if first is not None else None,
+            revisions=self._revisions,
         )
 
     def _open(self) -> Any:
@@ -257,26 +216,101 @@ class RemoteSession:
             ws.send(json.dumps(config))
         return ws
 
-    def _take(self, record: dict[str, Any]) -> Event:
+    def _take(self, record: dict[str, Any]) -> bool:
+        """Keep one record's event for handing on; True for the summary (then kept)."""
+        if record["type"] == "summary":
+            self.received_summary = summary_from_record(record, self._finals)
+            self._finished = True
+            return True
         event = event_from_record(record)
         if isinstance(event, Final):
             self._finals.append(event)
-        return event
+        elif isinstance(event, FirstToken) and self._first_token is None:
+            self._first_token = event
+        elif isinstance(event, Partial):
+            self._revisions += 1
+        self._answered_s = max(self._answered_s, event.audio_s)
+        self._pending.append(event)
+        return False
+
+    def _handed_on(self) -> list[Event]:
+        events, self._pending = self._pending, []
+        return events
 
     @contextmanager
-    def _closed_as_error(self) -> Iterator[None]:
-        """A closed connection is an error that says the server's code and reason."""
+    def _failures(self) -> Iterator[None]:
+        """Any failure ends the stream and drops the connection (a later session opens a
+        new one); a closed connection says the server's code and reason, or that the
+        client refused an oversized message. What was read stays pending."""
         from websockets.exceptions import ConnectionClosed
 
         try:
             yield
         except ConnectionClosed as exc:
-            self.model._ws = None
             self._finished = True
-            reason = exc.rcvd.reason if exc.rcvd is not None else "no reason given"
-            code = exc.rcvd.code if exc.rcvd is not None else None
-            error = InputError if code in (1003, 1007, 1009) else ServerError
-            raise error(f"the server closed the connection ({code}): {reason}") from None
+            self._salvage()
+            self.model.close()
+            error = InputError if _code(exc) in (1003, 1007, 1009) else ServerError
+            raise error(f"{_closed(exc)}; {self._received()}") from None
+        except ServerError as exc:
+            self._finished = True
+            self.model.close()
+            raise ServerError(f"{exc}; {self._received()}") from None
+
+    def _salvage(self) -> None:
+        """The messages that came before the close and were not yet read (a send fails at
+        once on a closed connection, with the server's last final still queued here)."""
+        from websockets.exceptions import ConnectionClosed
+
+        ws = self.model._ws
+        try:
+            while ws is not None and (message := _poll(ws)) is not None:
+                if self._take(read_record(message)):
+                    return
+        except (ConnectionClosed, ServerError):
+            return
+
+    def _received(self) -> str:
+        finals = len(self._finals)
+        return (f"{self.sent_s:.2f} s of audio sent, {finals} final{'s' * (finals != 1)} "
+                "received before it")  # fmt: skip
+
+
+def _code(exc: Any) -> int | None:
+    if _refused_by_client(exc):
+        return None
+    return exc.rcvd.code if exc.rcvd is not None else None
+
+
+def _refused_by_client(exc: Any) -> bool:
+    """This client closed with 1009: the server's message was over MAX_MESSAGE_BYTES."""
+    sent_first = exc.rcvd is None or exc.rcvd_then_sent is False
+    return exc.sent is not None and exc.sent.code == 1009 and sent_first
+
+
+def _closed(exc: Any) -> str:
+    """Why the connection closed, in words."""
+    from streamasr.server.client_connect import MAX_MESSAGE_BYTES
+
+    if _refused_by_client(exc):
+        return (f"the server sent a message over {MAX_MESSAGE_BYTES // (1024 * 1024)} MiB, "
+                "larger than any event; the client closed the connection")  # fmt: skip
+    if exc.rcvd is not None:
+        reason = exc.rcvd.reason or "no reason given"
+        return f"the server closed the connection ({exc.rcvd.code}): {reason}"
+    return ("the server closed the connection without a word (it stopped, or the network "
+            "failed)")  # fmt: skip
+
+
+def _within(ws: Any, deadline: float, limit_s: float) -> str | bytes:
+    """The next message, if it comes before `deadline`."""
+    try:
+        message: str | bytes = ws.recv(timeout=max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        raise ServerError(
+            f"the server sent no summary within {limit_s:.0f} s of the end of the input"
+        ) from None
+    return message
 
 
 def _poll(ws: Any) -> str | bytes | None:
@@ -288,9 +322,12 @@ def _poll(ws: Any) -> str | bytes | None:
     return message
 
 
-def connect(url: str, token: str | None = None, open_timeout_s: float = 30.0) -> RemoteModel:
+def connect(
+    url: str, token: str | None = None, open_timeout_s: float = 30.0, cafile: str | None = None
+) -> RemoteModel:
     """A model served by `streamasr serve` at `url` (ws://HOST:PORT/ws); the connection opens
-    with the first stream. Needs `pip install 'streamasr[serve]'`."""
+    with the first stream. `cafile`: PEM certificates to trust (a self-signed wss:// server).
+    Needs `pip install 'streamasr[serve]'`."""
     try:
         import websockets  # noqa: F401
     except ImportError:
@@ -299,4 +336,4 @@ def connect(url: str, token: str | None = None, open_timeout_s: float = 30.0) ->
         raise DependencyError(
             f"streamasr.connect needs websockets: {install_hint('serve')}"
         ) from None
-    return RemoteModel(url, token, open_timeout_s)
+    return RemoteModel(url, token, open_timeout_s, cafile=cafile)
