@@ -10,7 +10,12 @@
 - `app`: admission, the serve loop with its graceful stop; `web`: the FastAPI application
   on uvicorn (health, readiness, metrics, the page) that includes each protocol's router:
   `ws_adapter` + `connection` (the WebSocket protocol), `room_feeds` (rooms' viewers),
-  `openai_realtime` + `realtime_events` (OpenAI's Realtime transcription WebSocket).
+  `openai_realtime` + `realtime_events` (OpenAI's Realtime transcription WebSocket),
+  `openai_rest` + `openai_gate`, `openai_upload`, `openai_schemas` (OpenAI's REST API).
+  Wyoming (`wyoming_listener`, `wyoming_adapter`, `wyoming_frames`) is a second listener of
+  the same process. Every adapter stands on `client_session`, the wire-free session.
+- `rooms` + `room_broker` (in-process, or `room_redis*` in Redis), `room_transcripts`.
+- `client` + `client_records`, `client_connect`: `file|mic --server` and `streamasr.connect`.
 - `metrics`: Prometheus counters, gauges and histograms.
 
 The web stack and `prometheus-client` are the `serve` extra: imported only by the server's
