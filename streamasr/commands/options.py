@@ -34,6 +34,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from streamasr.backends import registry
 from streamasr.backends.base import (
     DEFAULT_THREADS,
     BackendEntry,
@@ -43,7 +44,6 @@ from streamasr.backends.base import (
 )
 from streamasr.backends.options import EngineOption, check_number
 from streamasr.backends.plan import LoadPlan, make_plan
-from streamasr.backends.registry import choose_backend
 from streamasr.commands.common import err_console, spliced_parameters
 from streamasr.errors import UsageError
 from streamasr.session.endpointing import ENDPOINT_SWITCH, RULE_OPTIONS, endpoint_options
@@ -447,7 +447,7 @@ def preflight(options: ModelOptions, *, paced: bool, sweep: bool = False) -> Pre
     `Prepared.load`."""
     backend, device = backend_and_device(options)
     feed = stream_options(options, paced=paced)
-    entry = choose_backend(options.model, backend)
+    entry = registry.choose_backend(options.model, backend)
     plan = make_plan(options.model, backend, options.engine, threads=options.threads,
                      device=device, verify=options.verify, entry=entry, sweep=sweep)
     return Prepared(options.model, entry, plan, feed)
