@@ -106,7 +106,12 @@ def _compact(format_help: Any) -> Any:
         from streamasr.commands import help_layout
 
         help_layout.install()
-        format_help(self, ctx, formatter)
+        written = self.help
+        self.help = help_layout.reflow(written)  # the terminal wraps it, not the source
+        try:
+            format_help(self, ctx, formatter)
+        finally:
+            self.help = written
 
     return compact_help
 

@@ -10,6 +10,7 @@ help reads by topic; an option no panel names stays under "Options".
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from typer import _click as click
@@ -40,6 +41,19 @@ PANELS: dict[str, tuple[str, ...]] = {
         "--cue-min-words",
     ),
     "Remote": ("--server", "--room", "--ray"),
+    "Server": (
+        "--host", "--port", "--workers", "--wyoming", "--schedule", "--max-batch",
+        "--max-wait-ms", "--grace-s",
+    ),
+    "Limits": (
+        "--max-connections", "--max-session-s", "--idle-timeout-s", "--handshake-timeout-s",
+        "--max-frame-bytes", "--max-queued-audio-s", "--send-queue", "--max-upload-mb",
+    ),
+    "Security": ("--token-file", "--allow-origin", "--certfile", "--keyfile"),
+    "Rooms": (
+        "--rooms", "--max-rooms", "--max-viewers", "--max-readers", "--room-history",
+        "--publish-token-file", "--view-token-file",
+    ),
 }  # fmt: skip
 _PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 
@@ -114,6 +128,20 @@ def _help(param: Any, ctx: click.Context, markup_mode: Any) -> Any:
     if len(parts) == len(shown.renderables):
         return Text(" ").join(parts)
     return shown
+
+
+def reflow(text: str | None) -> str | None:
+    """A command's help with each paragraph's source line breaks made spaces (Typer's rich
+    help keeps them, so at 80 columns a line broke once at the terminal and once where the
+    source did); a paragraph with an indented, bulleted or kept (\\b) line is left as it is."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    for i, paragraph in enumerate(paragraphs):
+        lines = paragraph.splitlines()
+        if not any(line[:1] in (" ", "-", "*", "\b") for line in lines):
+            paragraphs[i] = " ".join(lines)
+    return "\n\n".join(paragraphs)
 
 
 def install() -> None:
