@@ -57,14 +57,34 @@ PANELS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 _PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 
+#: A command's own panels, where they differ from PANELS (bench's --schedule is no server's).
+COMMAND_PANELS: dict[str, dict[str, str]] = {
+    "bench": {
+        **dict.fromkeys(("--limit", "--audio-column", "--text-column", "--metric"), "Dataset"),
+        **dict.fromkeys(
+            ("--realtime", "--streams", "--workers", "--ray", "--capacity", "--probe-seconds",
+             "--ceiling", "--schedule"),
+            "Speed and capacity",
+        ),
+        **dict.fromkeys(("--out", "--baseline", "--fail-on", "--plot"), "Results"),
+    },
+    "mic": {
+        "--compute-device": "Model and engine",
+        **dict.fromkeys(("--channel", "--duration", "--save", "--max-backlog"), "Capture"),
+        "--log": "Output",
+    },
+}  # fmt: skip
+
 
 def assign_panels(command: click.Command) -> None:
     """Put each of `command`'s options in its panel (one set in code is kept)."""
+    own = COMMAND_PANELS.get(command.name or "", {})
     for param in command.params:
         if getattr(param, "rich_help_panel", None) is None:
             for name in param.opts:
-                if name in _PANEL_OF:
-                    param.rich_help_panel = _PANEL_OF[name]  # type: ignore[attr-defined]
+                panel = own.get(name) or _PANEL_OF.get(name)
+                if panel:
+                    param.rich_help_panel = panel  # type: ignore[attr-defined]
                     break
 
 

@@ -124,11 +124,11 @@ _SPECS: tuple[_Spec, ...] = (
     *(_Spec(rule.field, float, (rule.flag,), rule.help) for rule in RULE_OPTIONS),
     _Spec(
         "block_ms", float | None, ("--block-ms",),
-        "Feed block in ms (how much audio arrives at once); default one chunk.",
+        "Feed block in ms; default one chunk.",
     ),
     _Spec(
         "tail_padding_s", float, ("--tail-padding",),
-        "Seconds of silence appended at end of input so the last words come out.",
+        "Silence in s appended so the last words come out.",
     ),
     _Spec(
         "onset_dbfs", float | None, ("--onset-dbfs",),
