@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 import typer
-from typer.core import TyperOption
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from streamasr.commands import coerce
 from streamasr.commands.lazy import LazyCommand, lazy_group
@@ -97,6 +97,27 @@ def _flag_type(self: TyperOption, ctx: Any) -> str | None:
 
 _value_type = TyperOption.display_type_rich
 TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+
+
+def _compact(format_help: Any) -> Any:
+    """-h that fits 80 columns (streamasr/commands/help_layout.py), loaded with the help."""
+
+    def compact_help(self: Any, ctx: Any, formatter: Any) -> None:
+        from streamasr.commands import help_layout
+
+        help_layout.install()
+        written = self.help
+        self.help = help_layout.reflow(written)  # the terminal wraps it, not the source
+        try:
+            format_help(self, ctx, formatter)
+        finally:
+            self.help = written
+
+    return compact_help
+
+
+TyperCommand.format_help = _compact(TyperCommand.format_help)  # type: ignore[method-assign]
+TyperGroup.format_help = _compact(TyperGroup.format_help)  # type: ignore[method-assign]
 
 class _GuardedStdout:
     """sys.stdout, except that a failed write or flush raises OutputError, not OSError.

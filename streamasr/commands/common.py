@@ -50,9 +50,7 @@ PartialsOpt = Annotated[
     str,
     typer.Option(
         "--partials",
-        help="How --format jsonl writes partials: full (each partial whole) or delta (only "
-        "what changed: stable_chars and text_tail, stable_tokens and tokens_tail; for long "
-        "utterances).",
+        help="jsonl partials: full, or delta (only what changed; for long utterances).",
     ),
 ]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log details to stderr.")]
@@ -61,16 +59,14 @@ QuietOpt = Annotated[
     typer.Option(
         "--quiet",
         "-q",
-        help="Captions only: no summary lines, first-token lines or progress bar on stderr "
-        "(warnings and errors are still printed).",
+        help="Captions only: no summary or progress on stderr (errors still are).",
     ),
 ]
 RawOpt = Annotated[
     str | None,
     typer.Option(
         "--raw",
-        help="Input is headerless PCM in this encoding: s16le, s32le or f32le (needs --rate), "
-        "e.g. `arecord -t raw -f S16_LE -r 16000 | streamasr file - --raw s16le --rate 16000`.",
+        help="Headerless PCM input: s16le, s32le or f32le (needs --rate).",
     ),
 ]
 RateOpt = Annotated[
@@ -88,10 +84,8 @@ SentenceCaseOpt = Annotated[
 ]
 PunctuateOpt = Annotated[
     str | None,
-    typer.Option("--punctuate", metavar="MODEL", help="Punctuate and case finals with "
-                 "sherpa-onnx's online punctuation model: punct-en (after `streamasr models "
-                 "pull punct-en`) or a folder with model.onnx and bpe.vocab. Partials stay as "
-                 "recognised; wins over --sentence-case."),
+    typer.Option("--punctuate", metavar="MODEL", help="Punctuate and case finals: punct-en "
+                 "or a model folder; wins over --sentence-case."),
 ]
 
 

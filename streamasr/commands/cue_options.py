@@ -26,23 +26,17 @@ from streamasr.text.captions import CueRules
 F = TypeVar("F", bound=Callable[..., Any])
 
 _SETTINGS = (
-    Setting("line_chars", "--cue-line-chars",
-            "Subtitle cues (srt, vtt): most characters on one line.", captions.LINE_CHARS_RANGE,
-            "characters"),
-    Setting("lines", "--cue-lines", "Subtitle cues: most lines in one cue.",
-            captions.LINES_RANGE, "lines"),
-    Setting("max_s", "--cue-max-s", "Subtitle cues: longest time one cue stays up.",
+    Setting("line_chars", "--cue-line-chars", "Most characters on a cue line (srt, vtt).",
+            captions.LINE_CHARS_RANGE, "characters"),
+    Setting("lines", "--cue-lines", "Most lines in a cue.", captions.LINES_RANGE, "lines"),
+    Setting("max_s", "--cue-max-s", "Longest time a cue stays up.",
             captions.MAX_CUE_S_RANGE, "s"),
-    Setting("min_s", "--cue-min-s",
-            "Subtitle cues: shortest time one cue stays up (extended into the silence after it, "
-            "never over the next cue).", captions.MIN_CUE_S_RANGE, "s"),
-    Setting("max_cps", "--cue-max-cps",
-            "Subtitle cues: fastest reading speed (met by extending into silence, then by "
-            "merging cues; speech faster than that with no silence after it is counted).",
+    Setting("min_s", "--cue-min-s", "Shortest time a cue stays up (into the silence after it).",
+            captions.MIN_CUE_S_RANGE, "s"),
+    Setting("max_cps", "--cue-max-cps", "Fastest reading speed (cues extended, then merged).",
             captions.MAX_CPS_RANGE, "characters/s"),
-    Setting("min_words", "--cue-min-words",
-            "Subtitle cues: fewest words in a cue where the utterance has that many (no "
-            "orphans).", captions.MIN_WORDS_RANGE, "words"),
+    Setting("min_words", "--cue-min-words", "Fewest words in a cue (no orphans).",
+            captions.MIN_WORDS_RANGE, "words"),
 )  # fmt: skip
 
 

@@ -74,16 +74,13 @@ def register(app: typer.Typer) -> None:
         room: RoomOpt = None,
         ray: Annotated[
             str | None,
-            typer.Option("--ray", metavar="[ADDRESS]", help="Decode the inputs on a Ray cluster, "
-                         "one task per file, outputs written by the tasks into --output-dir: "
-                         "--ray alone starts one on this machine; auto, ray://HOST:PORT or "
-                         "HOST:PORT joins one (pip install 'streamasr\\[ray]')."),
+            typer.Option("--ray", metavar="[ADDRESS]", help="Decode on a Ray cluster, one task per "
+                         "file, into --output-dir (alone: a local cluster)."),
         ] = None,
         output_dir: Annotated[
             Path | None,
-            typer.Option("--output-dir", "-o", help="Write one file per input and per format "
-                         "into this folder, named after the input (talk.wav -> talk.srt); "
-                         "--format takes several here: txt,jsonl,srt,vtt (default txt)."),
+            typer.Option("--output-dir", "-o", help="Write a file per input and format here "
+                         "(talk.wav -> talk.srt); --format may list several."),
         ] = None,
         sentence_case: SentenceCaseOpt = False,
         punctuate: PunctuateOpt = None,

@@ -26,6 +26,8 @@ import typer.main
 from typer import _click
 from typer.core import TyperCommand, TyperGroup
 
+from streamasr.commands import help_layout
+
 
 @dataclass(frozen=True)
 class LazyCommand:
@@ -92,6 +94,7 @@ class LazyGroup(TyperGroup):
             built = typer.main.get_group(app).commands
         for other in self.table:  # a module may register several (mic: mic and devices)
             if other.module == entry.module and other.name in built:
+                help_layout.assign_panels(built[other.name])
                 self.commands[other.name] = built[other.name]
                 if plugins:
                     self._without_plugins.discard(other.name)

@@ -105,44 +105,38 @@ _SPECS: tuple[_Spec, ...] = (
     ),
     _Spec(
         "backend", str | None, ("--backend",),
-        "Engine: sherpa-onnx (default for ONNX models), nemo (picked for .nemo files), or "
-        "module:ATTRIBUTE naming a streamasr BackendEntry.",
+        "Engine: sherpa-onnx, nemo or module:ATTRIBUTE (default: by the model's files).",
     ),
     _Spec(
         "gpu", bool, ("--gpu",),
-        "NeMo on CUDA: the same as --backend nemo --device cuda (needs "
-        "pip install 'streamasr\\[gpu]' and an NVIDIA GPU).",
+        "NeMo on CUDA: --backend nemo --device cuda (needs streamasr\\[gpu]).",
     ),
     _Spec(
         "device", str | None, ("--device",),
-        "Compute device of the engine: cpu, cuda or cuda:N (NeMo). Default cpu, cuda with --gpu.",
+        "Engine device: cpu, cuda or cuda:N (NeMo); default cpu, cuda with --gpu.",
     ),
     _Spec(
         "threads", int, ("--threads",),
-        "CPU threads for the engine. Default 1: on a 2-core machine 2 threads were "
-        "1.4-1.8x slower than 1 for the full-size model and used ~3x the CPU; to use more "
-        "cores run more streams (bench --workers N, --streams N) rather than more threads.",
+        "CPU threads for the engine; for more cores, run more streams instead.",
     ),
     # the endpoint options' names, help and ranges are endpointing.py's
     _Spec(ENDPOINT_SWITCH.field, bool, (ENDPOINT_SWITCH.flag,), ENDPOINT_SWITCH.help),
     *(_Spec(rule.field, float, (rule.flag,), rule.help) for rule in RULE_OPTIONS),
     _Spec(
         "block_ms", float | None, ("--block-ms",),
-        "Feed block in ms (how much audio arrives at once); default one chunk.",
+        "Feed block in ms; default one chunk.",
     ),
     _Spec(
         "tail_padding_s", float, ("--tail-padding",),
-        "Seconds of silence appended at end of input so the last words come out.",
+        "Silence in s appended so the last words come out.",
     ),
     _Spec(
         "onset_dbfs", float | None, ("--onset-dbfs",),
-        "Speech onset for first-token timing at this fixed level (dBFS RMS of 10 ms "
-        "frames) instead of the default: 10 dB above the measured noise floor.",
+        "Fixed speech-onset level for first-token timing (default: noise floor + 10 dB).",
     ),
     _Spec(
         "vad", str, ("--vad",),
-        "Voice activity detector for onsets, --vad-end and --vad-gate: silero (Silero VAD, "
-        "bundled), energy (10 dB over the noise floor) or off (docs/vad.md).",
+        "Voice activity detector: silero (bundled), energy or off (docs/vad.md).",
     ),
     _Spec(
         "vad_end", bool, ("--vad-end",),
@@ -150,14 +144,12 @@ _SPECS: tuple[_Spec, ...] = (
     ),
     _Spec(
         "vad_gate", bool, ("--vad-gate",),
-        "Do not feed the recogniser silence the VAD finds (0.5 s hangover); the stream "
-        "ends at each gap, times stay those of the input.",
+        "Feed the recogniser no silence the VAD finds (times stay the input's).",
     ),
     _Spec("vad_model", str | None, ("--vad-model",), "A Silero VAD .onnx file (v5 or later)."),
     _Spec(
         "verify", bool, ("--verify",),
-        "Hash every file of a pulled model against its manifest before use. Without it "
-        "each use compares sizes and mtimes, and hashes only files whose mtime moved.",
+        "Hash every file of a pulled model against its manifest before use.",
     ),
 )
 
@@ -226,8 +218,7 @@ def _generic_parameter() -> inspect.Parameter:
             list[str] | None,
             typer.Option(
                 "--engine-option", "-O", metavar="NAME=VALUE",
-                help="An option of the chosen backend by name (repeatable), for a backend "
-                "loaded with --backend module:ATTRIBUTE whose options are not listed here.",
+                help="An option of a --backend module:ATTRIBUTE engine (repeatable).",
             ),
         ],
     )

@@ -37,17 +37,14 @@ ServerOpt = Annotated[
     str | None,
     typer.Option(
         "--server",
-        help="Decode on a `streamasr serve` at this URL (ws://HOST:PORT/ws) instead of "
-        "loading a model here; the token, if any, from $STREAMASR_TOKEN.",
+        help="Decode on a `streamasr serve` at ws://HOST:PORT/ws ($STREAMASR_TOKEN).",
     ),
 ]
 RoomOpt = Annotated[
     str | None,
     typer.Option(
         "--room",
-        help="With --server: publish the captions to this room of the server too; viewers "
-        "read them at http(s)://HOST:PORT/rooms/NAME (publish token, if any, in "
-        "$STREAMASR_TOKEN).",
+        help="With --server: also publish the captions to this room (docs/serve.md).",
     ),
 ]
 

@@ -174,11 +174,9 @@ def check_port_and_workers(port: int, workers: int, rooms: RoomOptions) -> None:
 HostOpt = Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")]
 PortOpt = Annotated[int, typer.Option(help="TCP port; 0 picks a free one (printed on stderr).")]
 WorkersOpt = Annotated[int, typer.Option(
-    help="Server processes, each with its own model, sharing the port (one per core); "
-    "--max-connections is shared out among them.")]  # fmt: skip
+    help="Server processes sharing the port, each with its own model.")]  # fmt: skip
 WyomingOpt = Annotated[str | None, typer.Option(
-    help="Also serve Wyoming (Home Assistant's voice protocol) at tcp://HOST:PORT, e.g. "
-    "tcp://0.0.0.0:10300; no authentication: for a trusted LAN only.")]  # fmt: skip
+    help="Also serve Wyoming at tcp://HOST:PORT (no authentication: LAN only).")]  # fmt: skip
 
 
 def serve_command(

@@ -465,5 +465,5 @@ FORMATS = tuple(RENDERERS)
 
 def formats_help() -> str:
     """--format's help, from the table: 'live (terminal default), text (...), ...'."""
-    return ", ".join(f"{e.name} ({e.help})" for e in RENDERERS.values()) + "."
+    return ", ".join(RENDERERS) + "; default live on a terminal, text when piped."
 

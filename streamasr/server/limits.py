@@ -161,8 +161,7 @@ LIMIT_SETTINGS = (
     Setting("max_frame_bytes", "--max-frame-bytes",
             "Largest WebSocket message; larger ones close with 1009.", (64, 64 << 20)),
     Setting("max_queued_audio_s", "--max-queued-audio-s",
-            "Audio received but not yet decoded, per connection; past it the server stops "
-            "reading that client until the engine catches up.", (0.1, 3600.0)),
+            "Undecoded audio per connection before the server stops reading it.", (0.1, 3600.0)),
     Setting("send_queue_events", "--send-queue",
             "Events a client may leave unread before it is closed (1008).", (16, 1_000_000)),
     Setting("max_batch", "--max-batch", "Streams in one batched engine step.", (1, 1024)),
@@ -170,25 +169,19 @@ LIMIT_SETTINGS = (
             "--schedule ready: how long an engine step waits for more streams to batch.",
             (0.0, 1000.0)),
     Setting("schedule", "--schedule",
-            "When a stream with a chunk ready steps: aligned (at the next tick of one clock of "
-            "chunk period, with every other stream due: larger batches, a wait below one "
-            "chunk) or ready (at once, batched with whoever is ready then)."),
+            "When a ready chunk steps: ready (at once) or aligned (on a shared clock)."),
     Setting("grace_s", "--grace-s",
-            "After SIGTERM, how long open sessions may go on before their input is ended and "
-            "their finals sent.", (0.0, 3600.0)),
+            "After SIGTERM, how long sessions may go on before their finals.", (0.0, 3600.0)),
     Setting("max_upload_mb", "--max-upload-mb",
-            "Largest audio file one upload may send (/v1/audio/transcriptions), in MB; larger "
-            "ones are refused (413) before they are read.", (0.01, 100_000.0)),
+            "Largest upload to /v1/audio/transcriptions in MB (else 413).", (0.01, 100_000.0)),
 )  # fmt: skip
 
 #: Who may connect, on the command line; `Security.from_options` reads what they name.
 SECURITY_SETTINGS = (
     Setting("token_file", "--token-file",
-            "File whose first line is the bearer token clients must send (else "
-            "$STREAMASR_TOKEN; neither: no token).", type=str | None),
+            "File holding the bearer token clients send (else $STREAMASR_TOKEN).", type=str | None),
     Setting("allow_origin", "--allow-origin",
-            "Browser origin allowed to connect (repeat for more), e.g. "
-            "https://captions.example; clients that send no Origin are always allowed.",
+            "Browser origin allowed to connect (repeatable).",
             type=list[str] | None),
     Setting("certfile", "--certfile", "TLS certificate (PEM): serve wss:// and https://.",
             type=str | None),

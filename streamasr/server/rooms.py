@@ -89,24 +89,18 @@ ROOM_SETTINGS = (
     Setting("max_viewers", "--max-viewers",
             "Viewers of one room at most (/rooms/NAME); more are refused.", (1, 100_000)),
     Setting("history_finals", "--room-history",
-            "Finals a room keeps (at most 30 minutes' worth) for viewers who join late or "
-            "reconnect.", (1, 100_000)),
+            "Finals a room keeps for late viewers (30 minutes' worth at most).", (1, 100_000)),
     Setting("publish_token", "--publish-token-file",
-            "File whose first line is the token a session must send to publish to a room (it "
-            "is also let in on /ws); none: any session may publish.", type=str | None),
+            "File holding the token to publish to a room; none: anyone may.", type=str | None),
     Setting("view_token", "--view-token-file",
-            "File whose first line is the token viewers must send (?token=); none: viewing is "
-            "open.", type=str | None),
+            "File holding the token viewers send (?token=); none: open.", type=str | None),
     Setting("url", "--rooms",
-            "Where rooms live: redis://HOST:PORT/DB puts every room in Redis, so every worker "
-            "(--workers) and every server using it serves every room (else "
-            "$STREAMASR_ROOMS_URL; neither: in this process).", type=str | None),
+            "redis://HOST:PORT/DB: rooms shared by every worker and server using it.",
+            type=str | None),
     Setting("max_rooms", "--max-rooms",
-            "Rooms at most (with --rooms redis://: in that Redis); a new room past it is "
-            "refused (1013). An idle room is let go after 30 minutes.", (1, 1_000_000)),
+            "Rooms at most (in that Redis with --rooms); more are refused (1013).", (1, 1_000_000)),
     Setting("max_readers", "--max-readers",
-            "Viewers of all rooms together, per server process; more are refused (4429, HTTP "
-            "503), so sessions and /readyz keep their file handles.", (1, 1_000_000)),
+            "Viewers of all rooms per server process; more are refused (4429).", (1, 1_000_000)),
 )  # fmt: skip
 
 

@@ -8,7 +8,9 @@ its own model (an engine's threads do not survive a fork, so nothing is loaded b
 and accepts a few connections per wake-up (server/web.py, ACCEPT_BATCH), so a burst of
 arriving clients is spread over the workers instead of taken by the first one awake.
 The parent says it listens once every worker serves, passes SIGTERM/SIGINT on to them,
-and returns when they have all drained and exited.
+and returns when they have all drained and exited. A worker that ends itself on a wedged
+engine step while stopping (server/app.py, exit 128 + the signal) or fails while stopping
+makes the parent fail too (WorkerStopError), instead of saying the sessions were flushed.
 
 `serve` runs a ServerSetup (made and checked before anything loads) in this process, or
 with --workers in N forked ones, each loading its own model by the setup's plan.
@@ -49,6 +51,26 @@ Ready = Callable[[list[tuple[str, int]]], None]
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: How long a worker may take to load its model and start serving.
 START_LIMIT_S = 600.0
+
+
+class WorkerStopError(StreamAsrError):
+    """A server worker did not drain cleanly after the stop signal: it abandoned a wedged
+    engine step (its sessions in that step got no final) or failed. Exit 128 + the signal
+    for an abandoned step, as a single server process exits; 1 otherwise."""
+
+    def __init__(self, ended: list[tuple[int, int]], signum: int) -> None:
+        wedged = [pid for pid, code in ended if code - 128 in (signal.SIGTERM, signal.SIGINT)]
+        failed = [f"{pid} (exit {code})" for pid, code in ended if pid not in wedged]
+        parts = []
+        if wedged:
+            parts.append(
+                f"server worker {', '.join(map(str, wedged))} abandoned a wedged engine step "
+                "(the sessions in that step got no final)"
+            )
+        if failed:
+            parts.append(f"server worker {', '.join(failed)} failed while stopping")
+        super().__init__("; ".join(parts) + "; the other workers drained their sessions")
+        self.exit_code = 128 + signum if wedged else 1
 
 
 @dataclass(frozen=True)
@@ -139,7 +161,8 @@ def run_workers(
 ) -> int | None:
     """Fork `workers` processes running `serve_in_worker(sock, ready, index)`; the stop
     signal's number once they have all exited (None if none came). `on_exit(index)` runs
-    in the parent when a worker has exited. RuntimeError if a worker fails to start."""
+    in the parent when a worker has exited. RuntimeError if a worker fails to start;
+    WorkerStopError if one abandoned a wedged step or failed after the stop signal."""
     sock = bind(host, port)
     metrics_dir = tempfile.mkdtemp(prefix="streamasr-metrics-")
     os.environ[MULTIPROC_ENV] = metrics_dir
@@ -185,6 +208,7 @@ async def _supervise(
     stopped: list[int] = []
     all_exited = asyncio.Event()
     failed: list[int] = []
+    ended_badly: list[tuple[int, int]] = []  # (pid, exit status) after the stop signal
     ready = [0]
     started = asyncio.Event()  # every worker serves, or one failed first
 
@@ -209,10 +233,13 @@ async def _supervise(
             multiprocess.mark_process_dead(pid)
             if pid in pids:
                 on_exit(pids.index(pid))
-            if ready[0] < len(pids) or (os.waitstatus_to_exitcode(status) and not stopped):
+            code = os.waitstatus_to_exitcode(status)
+            if ready[0] < len(pids) or (code and not stopped):
                 failed.append(pid)
-                log.error("worker %d exited (%d)", pid, os.waitstatus_to_exitcode(status))
+                log.error("worker %d exited (%d)", pid, code)
                 started.set()
+            elif code:  # stopping, and it did not drain cleanly
+                ended_badly.append((pid, code))
         if not alive:
             all_exited.set()
 
@@ -238,6 +265,8 @@ async def _supervise(
             )
         on_ready([address])
         await all_exited.wait()
+        if ended_badly:
+            raise WorkerStopError(ended_badly, stopped[0] if stopped else signal.SIGTERM)
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             loop.remove_signal_handler(signum)

@@ -40,13 +40,13 @@ ENDPOINT_SWITCH = RuleOption(
 RULE_OPTIONS: tuple[RuleOption, ...] = (
     RuleOption(
         "rule1_s", "--rule1",
-        "Endpoint after this many seconds of silence when nothing was recognised.",
+        "Silence in s that ends an utterance with no text yet.",
     ),
     RuleOption(
         "rule2_s", "--rule2",
-        "Endpoint after this many seconds of silence following recognised text.",
+        "Silence in s that ends an utterance after its text.",
     ),
-    RuleOption("rule3_s", "--rule3", "Endpoint any utterance longer than this many seconds."),
+    RuleOption("rule3_s", "--rule3", "Longest utterance in s before it is cut."),
 )  # fmt: skip
 
 

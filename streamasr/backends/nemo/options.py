@@ -37,21 +37,19 @@ def att_context_size(given: Any) -> tuple[int, int]:
 OPTIONS = (
     EngineOption(
         "att_context_size",
-        "NeMo look-ahead L,R among those the model was trained with (70,1 = 160 ms chunk, "
-        "80 ms look-ahead); default the model's first.",
+        "Trained look-ahead L,R (70,1: 160 ms chunk); default the model's first.",
         att_context_size, sweep="/", label="att", record="att_context_sizes", kind="latency",
         about="is for NeMo models",
         example="L,R (chunk R+1 frames of 80 ms)", metavar="L,R",
     ),
     EngineOption(
-        "decoder", "rnnt or ctc: which head of a hybrid NeMo model decodes (default the model's "
-        "own).", one_of("--decoder", DECODERS), kind="head",
+        "decoder", "rnnt or ctc: the hybrid model's head that decodes.",
+        one_of("--decoder", DECODERS), kind="head",
         about="chooses a head of a hybrid NeMo model",
     ),
     EngineOption(
         "trust_model_config",
-        "NeMo: load a .nemo whose config names classes outside streamasr's list of "
-        "FastConformer parts. This runs code from the file: only for files you trust.",
+        "Load a .nemo naming classes outside streamasr's list: runs its code.",
         switch, default=False, switch=True, kind="trust", about="is for NeMo .nemo files",
     ),
 )

@@ -27,8 +27,7 @@ MAX_ACTIVE_PATHS = 4  # beam of modified_beam_search
 OPTIONS = (
     EngineOption(
         "chunk",
-        "Chunk in 50 Hz frames (16 = 320 ms): picks the export with it; a chunk the model "
-        "has no export for is a usage error (exit 2).",
+        "Chunk in 50 Hz frames (16 = 320 ms); none exported: usage error (exit 2).",
         whole_number("--chunk", *CHUNK_RANGE, "50 Hz frames (16 = 320 ms)"),
         sweep=",", label="chunk", record="chunks", kind="latency",
         about="selects a sherpa-onnx export",
