@@ -158,7 +158,7 @@ def test_transcripts_use_file_cue_rules(server: ServerProcess) -> None:
              "--format", fmt], cwd=REPO, capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
         # a room's WebVTT names no input (file's has a NOTE naming it)
-        local = local.replace(f"NOTE {clip(0)}\n\n", "")
+        local = local.replace(f"NOTE {Path(clip(0)).name}\n\n", "")
         url = f"{server.http}/rooms/cues/transcript.{fmt}?token={VIEW}"
         assert "-->" in local and http_get(url) == (200, local)
     page = http_get(f"{server.http}/rooms/cues")

@@ -111,3 +111,22 @@ def test_a_refusal_reaches_the_speaker_page_as_a_plain_line(publisher: Any) -> N
         said = status_text(publisher)
         assert said.startswith("refused by the server:") and "room" in said, said
         assert "Cannot read" not in said
+
+
+def test_nothing_local_reaches_readers_or_published_files(tmp_path: Any) -> None:
+    path = str(REPO / clip(0))  # typed as an absolute path, folders of this machine in it
+    folder = str(REPO / clip(0)).rsplit("/", 1)[0]
+    with serve("--max-batch", "1") as running:
+        done = subprocess.run(
+            [sys.executable, "-m", "streamasr", "file", path, "--server", running.url,
+             "--room", "private", "--format", "vtt,jsonl", "-o", str(tmp_path)],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        url = f"ws://127.0.0.1:{running.port}/rooms/private/ws"
+        seen = asyncio.run(ws_view(url, lambda record: record["type"] == "status"))
+    assert seen.finals and all(record["source"] == "private" for record in seen.finals)
+    assert not any(folder in json.dumps(record) for record in seen.events)
+    vtt = next(tmp_path.glob("*.vtt")).read_text()
+    assert vtt.startswith("WEBVTT\n\nNOTE 0.wav\n\n") and "-->" in vtt
+    assert folder not in vtt
