@@ -26,7 +26,7 @@ from room_browser import (
 )
 from room_clients import ws_view
 from selenium.webdriver.support.ui import WebDriverWait
-from serve_fixture import REPO, clip, file_events, serve
+from serve_fixture import REPO, clip, file_events, serve, wait_for
 
 __all__ = ["publisher", "viewers"]  # the fixture, for pytest
 
@@ -130,3 +130,46 @@ def test_nothing_local_reaches_readers_or_published_files(tmp_path: Any) -> None
     vtt = next(tmp_path.glob("*.vtt")).read_text()
     assert vtt.startswith("WEBVTT\n\nNOTE 0.wav\n\n") and "-->" in vtt
     assert folder not in vtt
+
+
+def test_a_displaced_speaker_is_told_in_one_line_and_readers_see_the_takeover() -> None:
+    from websockets.asyncio.client import connect
+
+    with serve("--max-batch", "1") as running:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "streamasr", "file", clip(0), "--server", running.url,
+             "--room", ROOM, "--realtime", "--format", "jsonl"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+        async def watch() -> list[dict[str, Any]]:
+            url = f"ws://127.0.0.1:{running.port}/rooms/{ROOM}/ws"
+            async with connect(url) as ws:
+                statuses = []
+                while True:
+                    record = json.loads(await ws.recv())
+                    if record["type"] != "status":
+                        continue
+                    statuses.append(record)
+                    if record["publisher"] and len(statuses) == 1:  # the first one speaks
+                        asyncio.get_running_loop().run_in_executor(
+                            None, lambda: publish_clip(running.url, clip(1), **FILE_SETTINGS))
+                    if record.get("took_over"):
+                        return statuses
+
+        assert wait_for(lambda: read_room_status(running.port) is not None, 60)
+        statuses = asyncio.run(asyncio.wait_for(watch(), 60))
+        _, said = first.communicate(timeout=120)
+    assert statuses[-1]["publisher"] and statuses[-1]["took_over"]
+    assert first.returncode != 0
+    told = [line for line in said.splitlines() if "another speaker took over" in line]
+    assert len(told) == 1 and f"room {ROOM}" in told[0] and "(4409)" in told[0], said
+
+
+def read_room_status(port: int) -> dict[str, Any] | None:
+    """The room's status as a reader joining now is sent (None: no such room yet)."""
+    url = f"ws://127.0.0.1:{port}/rooms/{ROOM}/ws"
+    seen = asyncio.run(ws_view(url, lambda record: record["type"] == "status"))
+    statuses = [record for record in seen.events if record["type"] == "status"]
+    return statuses[-1] if statuses and statuses[-1]["publisher"] else None
+

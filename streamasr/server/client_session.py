@@ -241,8 +241,16 @@ class ClientSession:
                 return
             if self.server.rooms is None:
                 raise ProtocolError(protocol.CLOSE_POLICY, NO_ROOMS)
-            self.publishing = self.server.rooms.publishing(self.token)
+            self.publishing = self.server.rooms.publishing(self.token, self._displaced)
         await self.publishing.begin(config.room, config.partials)
+
+    def _displaced(self, room: str) -> None:
+        """Another speaker took over the room: its last final sent, this session ends."""
+        self.request_stop(Stop(
+            protocol.CLOSE_TAKEN_OVER,
+            f"room {room}: another speaker took over; your captions no longer reach its readers",
+            "room_taken_over", flush=True,
+        ))  # fmt: skip
 
     def _fail(self, reason: str) -> None:
         self.failure = reason

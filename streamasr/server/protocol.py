@@ -52,6 +52,7 @@ CLOSE_POLICY = 1008  # a limit: session length, idle, a client that cannot keep 
 CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL = 1011
 CLOSE_TRY_LATER = 1013  # at capacity
+CLOSE_TAKEN_OVER = 4409  # another speaker took over the room this session published to
 MAX_REASON_BYTES = 123  # what a close frame can carry
 
 CONFIG_KEYS = (

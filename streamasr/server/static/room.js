@@ -70,7 +70,8 @@ function take(record) {
   else if (record.type === "status") {
     if (record.talk && talk && record.talk !== talk) newTalk();
     if (record.talk) talk = record.talk;
-    say(record.publisher ? "live" : "the speaker is not connected; waiting", false);
+    if (!record.publisher) say("the speaker is not connected; waiting", false);
+    else say(record.took_over ? "a new speaker took over; live" : "live", false);
   }
 }
 
