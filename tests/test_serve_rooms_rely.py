@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any
 
+import soundfile as sf
 from room_browser import (
     ROOM,
     WAIT_S,
@@ -173,3 +174,37 @@ def read_room_status(port: int) -> dict[str, Any] | None:
     statuses = [record for record in seen.events if record["type"] == "status"]
     return statuses[-1] if statuses and statuses[-1]["publisher"] else None
 
+
+def test_a_file_published_to_a_room_is_paced_in_real_time() -> None:
+    from websockets.asyncio.client import connect
+
+    paths = [clip(0), clip(2), clip(3)]
+    audio_s = sum(sf.info(REPO / path).duration for path in paths)  # 7.9 s
+
+    async def run(url: str, port: int) -> tuple[int, list[float]]:
+        async with connect(f"ws://127.0.0.1:{port}/rooms/{ROOM}/ws") as ws:
+            while json.loads(await ws.recv())["type"] != "status":
+                pass  # the room's history, then its status: what follows is live
+            talk = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "streamasr", "file", *paths, "--server", url,
+                "--room", ROOM, "--format", "jsonl", cwd=REPO,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            loop, times = asyncio.get_running_loop(), []
+
+            async def read() -> None:
+                while True:
+                    if json.loads(await ws.recv())["type"] in ("partial", "final"):
+                        times.append(loop.time())
+
+            reading = asyncio.ensure_future(read())
+            status = await talk.wait()
+            await asyncio.sleep(1.0)
+            reading.cancel()
+            return status, times
+
+    with serve("--max-batch", "1") as running:
+        publish_clip(running.url, clip(1), **FILE_SETTINGS)  # the room exists
+        status, times = asyncio.run(run(running.url, running.port))
+    assert status == 0 and len(times) > 3
+    assert times[-1] - times[0] > 0.6 * audio_s, (times[-1] - times[0], audio_s)
