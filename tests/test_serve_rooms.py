@@ -70,7 +70,7 @@ def publish(server: ServerProcess, room: str, *paths: str, realtime: bool = Fals
     """`streamasr file PATHS --server URL --room ROOM --format jsonl` (a fresh process)."""
     return subprocess.Popen(
         [sys.executable, "-m", "streamasr", "file", *paths, "--server", server.url,
-         "--room", room, "--format", "jsonl", *(["--realtime"] if realtime else [])],
+         "--room", room, "--format", "jsonl", "--realtime" if realtime else "--no-realtime"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**_env(), "STREAMASR_TOKEN": PUBLISH},
     )  # fmt: skip

@@ -27,7 +27,7 @@ from room_browser import (
 )
 from room_clients import ws_view
 from selenium.webdriver.support.ui import WebDriverWait
-from serve_fixture import REPO, clip, file_events, serve, wait_for
+from serve_fixture import REPO, clip, file_events, pcm, serve, wait_for
 
 __all__ = ["publisher", "viewers"]  # the fixture, for pytest
 
@@ -208,3 +208,49 @@ def test_a_file_published_to_a_room_is_paced_in_real_time() -> None:
         status, times = asyncio.run(run(running.url, running.port))
     assert status == 0 and len(times) > 3
     assert times[-1] - times[0] > 0.6 * audio_s, (times[-1] - times[0], audio_s)
+
+
+PHONE_VIEW = """
+const c = document.getElementById("captions"), box = c.getBoundingClientRect();
+const partial = c.querySelector(".partial"), first = c.querySelector(".final");
+const bottom = partial ? partial.getBoundingClientRect().bottom : null;
+c.scrollTop = 0;
+return {overflows: c.scrollHeight > c.clientHeight + 10, partialBottom: bottom,
+        boxTop: box.top, boxBottom: box.bottom, firstTop: first.getBoundingClientRect().top,
+        header: document.querySelector("header").getBoundingClientRect().bottom,
+        firstText: first.textContent, partialWords: partial ? partial.textContent.length : 0};
+"""
+
+
+def test_long_partials_stay_readable_on_a_phone(viewers: Any) -> None:
+    from websockets.sync.client import connect
+
+    clips = [clip(index) for index in range(4)]
+    with serve() as running:
+        said = [publish_clip(running.url, path, **FILE_SETTINGS) for path in clips]
+        first = next(r["text"] for r in said[0] if r["type"] == "final" and r["text"])
+        viewers.get(f"{running.http}/rooms/{ROOM}")  # the fixture's window is a phone's
+        wait = WebDriverWait(viewers, WAIT_S)
+        wait.until(lambda d: len(shown(d)) >= 4)
+        with connect(running.url) as ws:  # one long sentence: no endpoint in 29 s
+            audio = b"".join(pcm(path)[0] for path in clips * 3)
+            ws.send(json.dumps({"sample_rate": pcm(clips[0])[1], "format": "s16le",
+                                "channels": 1, "room": ROOM, "endpoint": False}))  # fmt: skip
+            for start in range(0, len(audio), 32000):
+                ws.send(audio[start : start + 32000])
+            longest = 0
+            while longest < 150:
+                record = json.loads(ws.recv(timeout=WAIT_S))
+                if record["type"] == "partial":
+                    longest = len(record["text"])
+            wait.until(lambda d: d.execute_script(
+                "const p = document.querySelector('#captions .partial');"
+                "return p ? p.textContent.length : 0;") >= 150)  # fmt: skip
+            time.sleep(0.5)
+            view = viewers.execute_script(PHONE_VIEW)
+    assert view["overflows"], view  # the long partial needs more than the phone's screen
+    # the newest words are on screen, above the bottom of the captions
+    assert view["boxTop"] < view["partialBottom"] <= view["boxBottom"] + 2, view
+    # scrolled back, the first final is there whole, below the header
+    assert view["firstText"] == first, view
+    assert view["firstTop"] >= max(view["boxTop"], view["header"]) - 1, view
