@@ -126,6 +126,10 @@ def test_nothing_local_reaches_readers_or_published_files(tmp_path: Any) -> None
         assert done.returncode == 0, done.stderr
         url = f"ws://127.0.0.1:{running.port}/rooms/private/ws"
         seen = asyncio.run(ws_view(url, lambda record: record["type"] == "status"))
+        publish_clip(running.url, clip(1), room="asked", room_source=True)  # asked for
+        url = f"ws://127.0.0.1:{running.port}/rooms/asked/ws"
+        asked = asyncio.run(ws_view(url, lambda record: record["type"] == "status"))
+    assert asked.finals and {record["source"] for record in asked.finals} == {clip(1)}
     assert seen.finals and all(record["source"] == "private" for record in seen.finals)
     assert not any(folder in json.dumps(record) for record in seen.events)
     vtt = next(tmp_path.glob("*.vtt")).read_text()

@@ -121,7 +121,7 @@ class ClientSession:
         await self._publish(config)
         publishing, on_events, on_records = self.publishing, self.on_events, self.on_records
         encoder = WireEncoder(config) if publishing is not None or on_records else None
-        room = config.room
+        room = None if config.room_source else config.room  # None: `source` as sent
 
         def deliver(items: list[Delivered]) -> None:
             if encoder is None:
@@ -129,8 +129,8 @@ class ClientSession:
                     on_events(items)
                 return
             records = encoder.records(items)
-            if publishing is not None and room is not None:
-                publishing.deliver(for_readers(records, room))
+            if publishing is not None:
+                publishing.deliver(records if room is None else for_readers(records, room))
             if on_records is not None:
                 on_records(records)
             if on_events is not None:
@@ -266,5 +266,5 @@ class ClientSession:
 
 def for_readers(records: list[dict[str, Any]], room: str) -> list[dict[str, Any]]:
     """The records as a room's readers get them: `source` (the speaker's file path or
-    microphone, local names) is the room's name."""
+    microphone, local names) is the room's name, unless the config says `room_source`."""
     return [{**record, "source": room} if "source" in record else record for record in records]
