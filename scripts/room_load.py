@@ -75,7 +75,7 @@ async def publish(port: int, duration_s: float, ready: Any, run: str) -> dict[tu
             name, (data, rate) = clips[number % len(clips)]
             source = f"{run}-{number}-{name}"
             await ws.send(json.dumps({"sample_rate": rate, "source": source, "room": ROOM,
-                                      "realtime": True}))  # fmt: skip
+                                      "room_source": True, "realtime": True}))  # fmt: skip
             if number == 0:
                 await asyncio.to_thread(ready)  # the room exists: viewers may come
             number += 1

@@ -62,9 +62,11 @@ def register(app: typer.Typer) -> None:
         model_options: ModelOptions,
         cue_rules: CueRules,
         realtime: Annotated[
-            bool,
-            typer.Option(help="Feed at the audio's own speed, so wall-clock timings are real."),
-        ] = False,
+            bool | None,
+            typer.Option(help="Feed at the audio's own speed, so wall-clock timings are real "
+                         "(the default with --room: readers follow the talk as it was "
+                         "spoken; --no-realtime sends it as fast as the server decodes)."),
+        ] = None,
         raw: RawOpt = None,
         rate: RateOpt = None,
         channels: ChannelsOpt = None,
@@ -91,6 +93,8 @@ def register(app: typer.Typer) -> None:
         setup_logging(verbose)
         with cli_errors():
             check_room(room, server)
+        if realtime is None:  # a room's readers follow the talk at its own pace
+            realtime = room is not None
         if ray is not None:  # one task per input on a cluster: streamasr/cluster/
             from streamasr.commands.file_ray import file_on_ray
 

@@ -12,6 +12,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import PurePath
 from typing import IO
 
 from rich.console import Console, Group, RenderableType
@@ -274,10 +275,11 @@ class SubtitleRenderer:
     end). Cues follow subtitle practice (captions.CueRules: two lines of 42 characters, 0.8
     to 7 s, 20 characters/s at most), split between words by their times, never overlapping;
     a final's last cue may extend into the silence up to the audio read when the final was
-    committed (the next utterance cannot start before that). Several inputs in one WebVTT:
-    each input's cues follow a NOTE naming it, numbered from 1 again (SRT has no comments:
-    the file command asks for --output-dir instead). `quiet`: no summary lines. `stats`: the
-    current input's cues, and how many the speech made break a rule (`note()` says so)."""
+    committed (the next utterance cannot start before that). In a WebVTT each input's cues
+    follow a NOTE naming it (its base name: no folder of this machine), numbered from 1 again
+    (SRT has no comments: for several inputs the file command asks for --output-dir).
+    `quiet`: no summary lines. `stats`: the current input's cues, and how many the speech
+    made break a rule (`note()` says so)."""
 
     def __init__(
         self, out: IO[str], err: Console, realtime: bool, vtt: bool = False, quiet: bool = False,
@@ -297,8 +299,8 @@ class SubtitleRenderer:
     def begin(self, source: str) -> None:
         if self.vtt and self._inputs == 0:
             self.out.write("WEBVTT\n\n")
-        if self.vtt and source:
-            self.out.write(f"NOTE {_cue_text(source)}\n\n")
+        if self.vtt and source:  # the input's base name: no folder of this machine published
+            self.out.write(f"NOTE {_cue_text(PurePath(source).name or source)}\n\n")
         self._inputs += 1
         self._index = 0
         self._last_end_s = 0.0

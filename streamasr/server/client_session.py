@@ -121,6 +121,7 @@ class ClientSession:
         await self._publish(config)
         publishing, on_events, on_records = self.publishing, self.on_events, self.on_records
         encoder = WireEncoder(config) if publishing is not None or on_records else None
+        room = None if config.room_source else config.room  # None: `source` as sent
 
         def deliver(items: list[Delivered]) -> None:
             if encoder is None:
@@ -129,7 +130,7 @@ class ClientSession:
                 return
             records = encoder.records(items)
             if publishing is not None:
-                publishing.deliver(records)
+                publishing.deliver(records if room is None else for_readers(records, room))
             if on_records is not None:
                 on_records(records)
             if on_events is not None:
@@ -240,8 +241,16 @@ class ClientSession:
                 return
             if self.server.rooms is None:
                 raise ProtocolError(protocol.CLOSE_POLICY, NO_ROOMS)
-            self.publishing = self.server.rooms.publishing(self.token)
+            self.publishing = self.server.rooms.publishing(self.token, self._displaced)
         await self.publishing.begin(config.room, config.partials)
+
+    def _displaced(self, room: str) -> None:
+        """Another speaker took over the room: its last final sent, this session ends."""
+        self.request_stop(Stop(
+            protocol.CLOSE_TAKEN_OVER,
+            f"room {room}: another speaker took over; your captions no longer reach its readers",
+            "room_taken_over", flush=True,
+        ))  # fmt: skip
 
     def _fail(self, reason: str) -> None:
         self.failure = reason
@@ -253,3 +262,9 @@ class ClientSession:
     def _raise_failure(self) -> None:
         if self.failure is not None:
             raise EngineFailed(self.failure)
+
+
+def for_readers(records: list[dict[str, Any]], room: str) -> list[dict[str, Any]]:
+    """The records as a room's readers get them: `source` (the speaker's file path or
+    microphone, local names) is the room's name, unless the config says `room_source`."""
+    return [{**record, "source": room} if "source" in record else record for record in records]

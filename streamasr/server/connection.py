@@ -142,7 +142,7 @@ class Connection:
                 await sender
 
     async def _stop(self, stop: Stop) -> None:
-        if stop.kind not in ("shutdown",):
+        if stop.kind not in ("shutdown", "room_taken_over"):
             self.server.metrics.dropped.labels(stop.kind).inc()
         utterance, self.utterance = self.utterance, None
         if stop.flush and utterance is not None:

@@ -52,13 +52,14 @@ CLOSE_POLICY = 1008  # a limit: session length, idle, a client that cannot keep 
 CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL = 1011
 CLOSE_TRY_LATER = 1013  # at capacity
+CLOSE_TAKEN_OVER = 4409  # another speaker took over the room this session published to
 MAX_REASON_BYTES = 123  # what a close frame can carry
 
 CONFIG_KEYS = (
     "type", "sample_rate", "format", "channels", "source", "realtime",
     "endpoint", "rule1_s", "rule2_s", "rule3_s", "partials", "block_ms", "tail_padding_s",
     "punctuate", "sentence_case",
-    "room",
+    "room", "room_source",
 )
 PARTIALS = ("full", "delta")
 #: A session's own feed block: "chunk" (one engine chunk) or milliseconds in this range.
@@ -107,6 +108,7 @@ class SessionConfig:
     punctuate: bool | None = None  # finals punctuated (the server's model); None: its default
     sentence_case: bool | None = None  # finals in sentence case; None: the server's default
     room: str | None = None  # publish the events to this room's viewers
+    room_source: bool = False  # readers get `source` as sent (else the room's name)
 
     @property
     def frame_bytes(self) -> int:
@@ -198,7 +200,7 @@ def parse_config(
     return SessionConfig(
         rate, fmt, channels, source, realtime, endpoint, partials, block_ms, tail,
         punctuate, sentence_case,
-        room_name(data.get("room")),
+        room_name(data.get("room")), _flag(data, "room_source", False),
     )
 
 

@@ -56,7 +56,12 @@ class RoomBroker(Protocol):
 
     options: Any  # RoomOptions
 
-    def publishing(self, token: str | None) -> PublishingSeam: ...
+    def publishing(
+        self, token: str | None, displaced: Callable[[str], None] | None = None
+    ) -> PublishingSeam:
+        """A session's part in rooms; `displaced(room)` is called when another publisher
+        takes over the room it publishes to."""
+        ...
 
     async def view(
         self, name: str, viewer: Viewer, after: int, talk: str | None = None
@@ -92,11 +97,13 @@ def rooms_url(given: str | None) -> str | None:
 
 
 def status_line(
-    name: str, publisher: bool, last_seq: int, interrupted: bool = False, talk: str | None = None
+    name: str, publisher: bool, last_seq: int, interrupted: bool = False, talk: str | None = None,
+    took_over: bool = False,
 ) -> str:
     """A room's status event (whether someone publishes, the last room_seq so far, and
     whether the broker is unreachable: the room is interrupted). `talk`: the numbering's
-    identity, so a reader tells a restarted room's room_seq 1 from an old one."""
+    identity, so a reader tells a restarted room's room_seq 1 from an old one. `took_over`:
+    a new speaker just displaced the one before."""
     import json
 
     record: dict[str, Any] = {
@@ -106,6 +113,8 @@ def status_line(
         record["talk"] = talk
     if interrupted:
         record["interrupted"] = True
+    if took_over:
+        record["took_over"] = True
     return json.dumps(record)
 
 

@@ -64,8 +64,9 @@ class LocalRoom:
         self.positioned = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
-    def status(self) -> str:
-        return status_line(self.name, self.publisher, self.last_seq, self.interrupted)
+    def status(self, took_over: bool = False) -> str:
+        return status_line(self.name, self.publisher, self.last_seq, self.interrupted,
+                           took_over=took_over)  # fmt: skip
 
     def fan_out(self, seq: int | None, line: str) -> None:
         for viewer in list(self.viewers):
@@ -138,9 +139,11 @@ class RedisRooms:
 
     # -- publishing -------------------------------------------------------------------------
 
-    def publishing(self, token: str | None) -> RedisPublishing:
+    def publishing(
+        self, token: str | None, displaced: Callable[[str], None] | None = None
+    ) -> RedisPublishing:
         self._start_tidier()
-        return RedisPublishing(self, token)
+        return RedisPublishing(self, token, displaced)
 
     async def claim(self, name: str, publisher: str) -> int:
         """-1 when the room limit refuses room `name`; else 0 or 1. Redis unreachable (or
@@ -263,9 +266,9 @@ class RedisRooms:
             room.last_seq = max(room.last_seq, seq)
             room.fan_out(seq, fields["line"])
         else:
-            room.publisher = fields.get("status") == "1"
+            room.publisher = fields.get("status") in ("1", "2")  # 2: a new one took over
             room.last_seq = max(room.last_seq, seq)
-            room.fan_out(None, room.status())
+            room.fan_out(None, room.status(took_over=fields.get("status") == "2"))
 
     # -- transcripts ------------------------------------------------------------------------
 

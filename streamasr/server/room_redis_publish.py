@@ -88,7 +88,7 @@ end
 redis.call('SET', seq_k, ARGV[7], 'NX')
 local before = redis.call('GET', lease_k)
 redis.call('SET', lease_k, id, 'PX', lease_ms)
-if before ~= id then status('1') end
+if before ~= id then status(before and '2' or '1') end
 touch()
 return before and 1 or 0
 """
@@ -208,9 +208,12 @@ class Writer:
 class RedisPublishing:
     """A session's part in a room held in Redis: claims it, queues its events."""
 
-    def __init__(self, broker: RedisRooms, token: str | None) -> None:
+    def __init__(
+        self, broker: RedisRooms, token: str | None, displaced: Callable[[str], None] | None = None
+    ) -> None:
         self.broker = broker
         self.token = token
+        self.told = displaced  # told the room's name when another publisher takes over
         self.id = uuid.uuid4().hex
         self.room: str | None = None
 
@@ -253,11 +256,13 @@ class RedisPublishing:
             broker.last_seq[name] = max(floor, int(seq))
 
     def displaced(self, name: str) -> None:
-        """Another publisher took the room over: this session goes on for itself only."""
+        """Another publisher took the room over: this session is told (and closed)."""
         if self.room == name:
             log.info("room %s: a new publisher takes over", name)
             self.room = None
             self.broker.publishers.discard(self)
+            if self.told is not None:
+                self.told(name)
 
     def end(self) -> None:
         name = self.room

@@ -187,14 +187,15 @@ class Room:
                 "viewer too slow: events not read; reconnect with ?after=LAST_ROOM_SEQ",
             )
 
-    def status(self) -> str:
+    def status(self, took_over: bool = False) -> str:
         """The room's status event: whether someone publishes, the last room_seq so far."""
-        return status_line(self.name, self.publisher is not None, self.seq, talk=self.talk)
+        return status_line(self.name, self.publisher is not None, self.seq, talk=self.talk,
+                           took_over=took_over)  # fmt: skip
 
-    def set_publisher(self, publisher: Publishing | None) -> None:
+    def set_publisher(self, publisher: Publishing | None, took_over: bool = False) -> None:
         self.publisher = publisher
         self.touched_s = time.monotonic()
-        self._fan_out(None, self.status())
+        self._fan_out(None, self.status(took_over))
 
     # -- viewing ----------------------------------------------------------------------------
 
@@ -276,8 +277,10 @@ class Rooms:
 
     # -- the broker seam (server/room_broker.py) ----------------------------------------------
 
-    def publishing(self, token: str | None) -> Publishing:
-        return Publishing(self, token)
+    def publishing(
+        self, token: str | None, displaced: Callable[[str], None] | None = None
+    ) -> Publishing:
+        return Publishing(self, token, displaced)
 
     def reader_count(self) -> int:
         return sum(len(room.viewers) for room in self.rooms.values())
@@ -309,9 +312,10 @@ class Rooms:
         """`publisher` publishes to room `name` from now on (the room is made if new, or
         continued); ProtocolError when its token is refused.
 
-        A new publisher takes over from one still connected (which goes on decoding for
-        itself only): a speaker whose connection dropped without a close, and who connects
-        again, is not kept out until the server notices the old connection is dead."""
+        A new publisher takes over from one still connected, which is told (its session is
+        closed, 4409, its last final sent first) and the readers' status says so: a speaker
+        whose connection dropped without a close, and who connects again, is not kept out
+        until the server notices the old connection is dead."""
         check_publish_token(self.options, name, token)
         room = self.rooms.get(name)
         if room is None:
@@ -328,7 +332,9 @@ class Rooms:
             if previous is not None:
                 log.info("room %s: a new publisher takes over", name)
                 previous.room = None
-            room.set_publisher(publisher)
+                if previous.displaced is not None:
+                    previous.displaced(name)
+            room.set_publisher(publisher, took_over=previous is not None)
         return room
 
     def release(self, room: Room, publisher: Publishing) -> None:
@@ -370,9 +376,12 @@ class Rooms:
 class Publishing:
     """A connection's part in a room: claims it per utterance, forwards its lines."""
 
-    def __init__(self, rooms: Rooms, token: str | None) -> None:
+    def __init__(
+        self, rooms: Rooms, token: str | None, displaced: Callable[[str], None] | None = None
+    ) -> None:
         self.rooms = rooms
         self.token = token
+        self.displaced = displaced  # told the room's name when another publisher takes over
         self.room: Room | None = None
 
     async def begin(self, name: str | None, partials: str) -> None:

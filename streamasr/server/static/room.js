@@ -1,9 +1,11 @@
 // The viewer page of a streamasr room (/rooms/NAME): the room's captions, large, the
-// newest at the bottom, the partial apart from the finals; reconnects with the last
+// newest at the bottom, the partial apart from the finals; earlier finals scroll back (the
+// page follows the newest lines unless the reader scrolled up); reconnects with the last
 // room_seq it saw, so no final is missed or shown twice.
 "use strict";
 
-const LINES = 3; // finals kept on screen (with the partial below them)
+const KEPT = 500; // finals kept to scroll back to (with the partial below them)
+const FOLLOW_PX = 48; // a reader this near the bottom follows the newest lines
 const FAILURES = {
   4401: ["The view token was refused: ask for the viewer link with its token (?token=...).", 0],
   4404: ["No such room yet, check the link (names are case-sensitive); waiting for the speaker.", 5],
@@ -22,6 +24,15 @@ let lastSeq = 0;
 let talk = null; // the talk lastSeq counts in: a restarted server's room is another talk
 let partial = null; // the <p> of the open segment's partial
 let retryS = 1;
+let following = true; // the view stays on the newest lines (the reader has not scrolled up)
+
+captions.addEventListener("scroll", () => {
+  following = captions.scrollHeight - captions.scrollTop - captions.clientHeight <= FOLLOW_PX;
+});
+
+function follow() {
+  if (following) captions.scrollTop = captions.scrollHeight;
+}
 
 function say(text, problem) {
   statusLine.textContent = text;
@@ -47,8 +58,9 @@ function showFinal(record) {
   line.textContent = record.text;
   captions.appendChild(line);
   const finals = [...captions.querySelectorAll(".final")];
-  while (finals.length > LINES) finals.shift().remove();
+  while (finals.length > KEPT) finals.shift().remove();
   finals.forEach((node, index) => node.classList.toggle("old", index < finals.length - 1));
+  follow();
 }
 
 function showPartial(record) {
@@ -58,6 +70,7 @@ function showPartial(record) {
     captions.appendChild(partial);
   }
   partial.textContent = record.text;
+  follow();
 }
 
 function take(record) {
@@ -70,7 +83,8 @@ function take(record) {
   else if (record.type === "status") {
     if (record.talk && talk && record.talk !== talk) newTalk();
     if (record.talk) talk = record.talk;
-    say(record.publisher ? "live" : "the speaker is not connected; waiting", false);
+    if (!record.publisher) say("the speaker is not connected; waiting", false);
+    else say(record.took_over ? "a new speaker took over; live" : "live", false);
   }
 }
 
