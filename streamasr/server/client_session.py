@@ -191,11 +191,15 @@ class ClientSession:
             self.utterance = None
 
     def close(self) -> None:
-        """The client is gone: forget the open utterance, leave the room."""
+        """The client is gone: forget the open utterance, leave the room, and let go of the
+        adapter's callbacks (they point back at the adapter: without this each closed
+        session waited in a reference cycle for a full collection, ~13 kB a session in the
+        soak's memory growth)."""
         self.discard()
         if self.publishing is not None:
             self.publishing.end()
             self.publishing = None
+        self.on_events = self.on_records = self.on_stop = None
 
     async def unless_stopped(self, awaitable: Awaitable[T], timeout_s: float | None = None) -> T:
         """Await `awaitable`, unless the server stops the session first (its Stop is raised)

@@ -140,6 +140,10 @@ class Connection:
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sender
+            # a raised stop's traceback holds this handler's frames, which hold the
+            # connection: let go, so the closed connection is freed now, not at a collection
+            self.stop_requested = None
+            self._timer = self._receiving = None
 
     async def _stop(self, stop: Stop) -> None:
         if stop.kind not in ("shutdown", "room_taken_over"):
