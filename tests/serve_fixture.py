@@ -148,6 +148,18 @@ async def read_until_summary(ws: Any) -> list[dict]:
             return events
 
 
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate and key for 127.0.0.1 in `folder` (openssl), for the TLS tests."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
 def http_get(url: str) -> tuple[int, str]:
     """Status and body of a GET (an HTTP error status is returned, not raised)."""
     import urllib.error

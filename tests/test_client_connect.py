@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serve_fixture import serve
+from serve_fixture import self_signed, serve
 
 REPO = Path(__file__).resolve().parent.parent
 CLIP = REPO / "models" / "tiny-en" / "test_wavs" / "4.wav"
@@ -36,13 +36,7 @@ def test_a_plain_server_reached_with_wss_or_a_wrong_path() -> None:
 
 
 def test_a_tls_server_reached_with_ws_untrusted_or_without_its_token(tmp_path: Path) -> None:
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    cert, key = self_signed(tmp_path)
     args = ("--certfile", str(cert), "--keyfile", str(key))
     with serve(*args, env={"STREAMASR_TOKEN": "secret"}) as server:
         wss = server.url.replace("ws:", "wss:")

@@ -11,6 +11,7 @@ from serve_fixture import (
     file_events,
     http_get,
     read_until_summary,
+    self_signed,
     serve,
     stream_clip,
     wait_for,
@@ -23,15 +24,8 @@ CLIPS = [clip(index) for index in range(4)]
 
 def test_tls_and_token_from_the_environment(tmp_path: Any) -> None:
     import ssl
-    import subprocess
 
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )
+    cert, key = self_signed(tmp_path)
     context = ssl.create_default_context(cafile=str(cert))
     args = ("--certfile", str(cert), "--keyfile", str(key))
     with serve(*args, env={"STREAMASR_TOKEN": "from-env"}) as server:

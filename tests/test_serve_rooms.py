@@ -28,6 +28,7 @@ from serve_fixture import (
     file_events,
     http_get,
     pcm,
+    self_signed,
     serve,
     stream_clip,
     wait_for,
@@ -411,16 +412,10 @@ def test_a_new_publisher_takes_over_from_one_still_connected(server: ServerProce
 
 
 def test_feeds_over_tls(tmp_path: Path) -> None:
-    """wss:// and https://: the SSE feed takes the TLS connection over as it does a plain one."""
+    """wss:// and https://: the room feeds serve over TLS as over plain connections."""
     import ssl
 
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    cert, key = self_signed(tmp_path)
     context = ssl.create_default_context(cafile=str(cert))
     with serve("--certfile", str(cert), "--keyfile", str(key)) as running:
         url = running.url.replace("ws://", "wss://")
