@@ -25,9 +25,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import HTTPConnection
 from starlette.types import Message, Receive, Scope, Send
 
 from streamasr.server.openai_schemas import ApiError, validation_error
+from streamasr.server.rooms import presented_token
 
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
@@ -72,12 +74,10 @@ async def _drop_body(receive: Receive) -> None:
         dropped += len(message.get("body", b""))
 
 
-def presented_key(request: Request) -> str | None:
+def presented_key(connection: HTTPConnection) -> str | None:
     """`Authorization: Bearer KEY` (the OpenAI SDK) or `X-API-Key: KEY`."""
-    auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip()
-    return request.headers.get("x-api-key")
+    bearer = presented_token(connection.headers, "")
+    return bearer if bearer is not None else connection.headers.get("x-api-key")
 
 
 def server_of(request: Request) -> StreamServer:

@@ -42,6 +42,7 @@ from fastapi.responses import PlainTextResponse
 from streamasr.server import protocol
 from streamasr.server.client_session import ClientSession, EngineFailed, Refused
 from streamasr.server.connection import SocketClosed, Stop
+from streamasr.server.openai_gate import presented_key
 from streamasr.server.protocol import ProtocolError, SessionConfig
 from streamasr.server.realtime_events import (
     RealtimeError,
@@ -70,10 +71,10 @@ def realtime_token(websocket: WebSocket) -> str | None:
     """What a realtime client presents: `Authorization: Bearer` (the SDK's), `X-API-Key`,
     or `?token=` / `?api_key=` (browsers cannot set headers on a WebSocket)."""
     token = presented_token(websocket.headers, websocket.url.query)
+    if token is None:
+        token = presented_key(websocket)  # the Bearer is not there: X-API-Key
     if token is not None:
         return token
-    if "x-api-key" in websocket.headers:
-        return str(websocket.headers["x-api-key"]).strip()
     values = parse_qs(websocket.url.query).get("api_key")
     return values[0] if values else None
 
