@@ -41,6 +41,9 @@ PAGES = {
 ACCEPT_BATCH = 4
 #: The kernel's queue of connections not yet accepted (restored after uvicorn's listen()).
 LISTEN_BACKLOG = 1024
+#: WebSocket messages read ahead of the route before the socket's reading pauses
+READ_AHEAD = 8
+READ_AHEAD_BYTES = 64 << 10
 NO_STORE = {"Cache-Control": "no-store"}
 
 ops = APIRouter(tags=["operations"])
@@ -180,6 +183,21 @@ def _abortable_websockets() -> type[asyncio.Protocol]:
             super().handle_connect(event)
             if getattr(self, "scope", None) is not None:
                 self.scope[TRANSPORT] = self.transport  # type: ignore[literal-required]
+
+        def send_receive_event_to_app(self) -> None:
+            # uvicorn stops reading after every message and starts again once the route
+            # took it: two system calls per audio message. Small messages are read ahead
+            # (at most READ_AHEAD of READ_AHEAD_BYTES each wait) before reading stops; it
+            # resumes when the route has taken them all, as in uvicorn's own receive().
+            size = sum(len(frame) for frame in self.frames)
+            if self.read_paused or size > READ_AHEAD_BYTES or self.queue.qsize() + 1 >= READ_AHEAD:
+                super().send_receive_event_to_app()
+                return
+            self.read_paused = True  # so uvicorn's method leaves the reading on
+            try:
+                super().send_receive_event_to_app()
+            finally:
+                self.read_paused = False
 
     return Abortable
 

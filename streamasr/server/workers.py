@@ -29,9 +29,9 @@ import shutil
 import signal
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streamasr.errors import StreamAsrError
 from streamasr.output.finishing import NONE, Finishing, load_finishing
@@ -141,8 +141,23 @@ def run_server(
     `host` and `port`."""
     if sock is None:
         sock = bind(host or "0.0.0.0", port or 0)
-    asyncio.run(server.serve(sock, on_ready))
+    run_event_loop(server.serve(sock, on_ready))
     return server.stop_signal
+
+
+def run_event_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run `main` on uvloop's event loop where it is installed (the `serve` extra): its
+    sockets, timers and wake-ups from the engine thread cost a fraction of asyncio's own.
+    STREAMASR_LOOP=asyncio keeps asyncio's loop (to compare, or to rule uvloop out)."""
+    if os.environ.get("STREAMASR_LOOP") != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            uvloop.run(main)
+            return
+    asyncio.run(main)
 
 
 def bind(host: str, port: int) -> socket.socket:
