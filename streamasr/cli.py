@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from streamasr.commands import coerce
 from streamasr.commands.lazy import LazyCommand, lazy_group
@@ -99,6 +99,18 @@ _value_type = TyperOption.display_type_rich
 TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 
+def usage_name(self: TyperArgument) -> str:
+    """An argument as the usage line shows it: `PATHS...`, `DATASET`, `[NAME]` (Typer's own
+    `{paths}...` reads like a set or a format string)."""
+    name = self.metavar or (self.name or "").upper()
+    if not self.required:
+        name = f"[{name}]"
+    return name + ("..." if self.nargs != 1 else "")
+
+
+TyperArgument._usage_display_name = usage_name  # type: ignore[method-assign]
+
+
 def _compact(format_help: Any) -> Any:
     """-h that fits 80 columns (streamasr/commands/help_layout.py), loaded with the help."""
 
@@ -106,6 +118,7 @@ def _compact(format_help: Any) -> Any:
         from streamasr.commands import help_layout
 
         help_layout.install()
+        help_layout.place_help(self, ctx)
         written = self.help
         self.help = help_layout.reflow(written)  # the terminal wraps it, not the source
         try:
@@ -118,6 +131,7 @@ def _compact(format_help: Any) -> Any:
 
 TyperCommand.format_help = _compact(TyperCommand.format_help)  # type: ignore[method-assign]
 TyperGroup.format_help = _compact(TyperGroup.format_help)  # type: ignore[method-assign]
+
 
 class _GuardedStdout:
     """sys.stdout, except that a failed write or flush raises OutputError, not OSError.

@@ -59,14 +59,14 @@ QuietOpt = Annotated[
     typer.Option(
         "--quiet",
         "-q",
-        help="Captions only: no summary or progress on stderr (errors still are).",
+        help="Captions only: stderr keeps warnings and errors.",
     ),
 ]
 RawOpt = Annotated[
     str | None,
     typer.Option(
         "--raw",
-        help="Headerless PCM input: s16le, s32le or f32le (needs --rate).",
+        help="Headerless PCM: s16le, s32le or f32le (needs --rate).",
     ),
 ]
 RateOpt = Annotated[
@@ -79,13 +79,12 @@ ChannelsOpt = Annotated[
 
 SentenceCaseOpt = Annotated[
     bool,
-    typer.Option("--sentence-case", help="Finals in sentence case ('The right time to act') "
-                 "for models that write all capitals."),
+    typer.Option("--sentence-case", help="Finals in sentence case, for all-capitals models."),
 ]
 PunctuateOpt = Annotated[
     str | None,
-    typer.Option("--punctuate", metavar="MODEL", help="Punctuate and case finals: punct-en "
-                 "or a model folder; wins over --sentence-case."),
+    typer.Option("--punctuate", metavar="MODEL",
+                 help="Punctuate and case finals: punct-en or a folder."),
 ]
 
 

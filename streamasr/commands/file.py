@@ -64,8 +64,7 @@ def register(app: typer.Typer) -> None:
         realtime: Annotated[
             bool | None,
             typer.Option(help="Feed at the audio's own speed, so wall-clock timings are real "
-                         "(the default with --room: readers follow the talk as it was "
-                         "spoken; --no-realtime sends it as fast as the server decodes)."),
+                         "(the default with --room)."),
         ] = None,
         raw: RawOpt = None,
         rate: RateOpt = None,

@@ -63,23 +63,21 @@ DeviceOpt = Annotated[
     typer.Option(
         "--device",
         "-d",
-        help="Input device: index or case-insensitive part of its name (see `streamasr "
-        "devices`). Default: the system's default input.",
+        help="Input device: index or name part (`streamasr devices`).",
     ),
 ]
 ChannelOpt = Annotated[
     int | None,
-    typer.Option(help="Use only this input channel (1-based); default: average the channels."),
+    typer.Option(help="Only this channel (1-based); default: their mean."),
 ]
 DurationOpt = Annotated[
     float | None,
-    typer.Option(help="Stop after this many seconds of captured audio (unattended runs)."),
+    typer.Option(help="Stop after this many seconds of captured audio."),
 ]
 SaveOpt = Annotated[
     str | None,
     typer.Option(
-        help="Write the captured audio here as it arrives (.wav: 32-bit float, replays "
-        "exactly with `streamasr file --realtime`)."
+        help="Write the captured audio here (docs/mic.md)."
     ),
 ]
 LogOpt = Annotated[
@@ -90,8 +88,7 @@ BacklogOpt = Annotated[
     float,
     typer.Option(
         "--max-backlog",
-        help="Seconds of captured audio the queue may hold when decoding falls behind; "
-        "beyond it blocks are dropped and counted.",
+        help="Seconds of audio held while decoding lags; more are dropped.",
     ),
 ]
 
@@ -198,14 +195,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Live captions from a microphone: partials as you speak, a final per utterance.
 
-        Endpointing is on: an utterance ends after --rule2 s of silence following text.
-
-        Each utterance becomes a final line with its start and end time; no audio is lost.
-
-        Ctrl-C stops capture, flushes the last final and prints the summary (exit 130).
-
-        With --server ws://HOST:PORT/ws the audio is decoded by a `streamasr serve` there and
-        printed as here (its model; the feed block, tail padding and endpoint rules given).
+        An utterance ends after --rule2 s of silence following text and becomes a final line
+        with its start and end time; no audio is lost. Ctrl-C stops capture, flushes the last
+        final and prints the summary (exit 130). With --server the audio is decoded by a
+        `streamasr serve` and printed as here (docs/mic.md).
         """
         setup_logging(verbose)
         writer: AudioWriter | None = None
