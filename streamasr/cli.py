@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import typer
+from typer._click.exceptions import NoSuchOption
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from streamasr.commands import coerce
@@ -262,9 +263,22 @@ def _usage_error(exc: typer.TyperException, args: list[str]) -> int:
         return code
     format_message = getattr(exc, "format_message", None)
     message = format_message() if callable(format_message) else str(exc)
+    if isinstance(exc, NoSuchOption):  # Click's guesses compared the dashes too
+        message = _no_such_option(exc)
     message = " ".join(message.strip().rstrip(".").splitlines())
     report_error(f"{message}; see '{_help_path(exc, args)} --help'")
     return code
+
+
+def _no_such_option(exc: NoSuchOption) -> str:
+    """"No such option: --modl (did you mean --model?)", or without a guess when none is
+    close (streamasr/commands/suggest.py)."""
+    from streamasr.commands.suggest import close_options, did_you_mean
+
+    ctx = exc.ctx
+    names = [name for param in (ctx.command.get_params(ctx) if ctx else [])
+             for name in (*param.opts, *param.secondary_opts)]  # fmt: skip
+    return exc.message + did_you_mean(close_options(exc.option_name, names))
 
 
 def _help_path(exc: typer.TyperException, args: list[str]) -> str:

@@ -100,3 +100,20 @@ def test_the_panel_reader_sees_every_option() -> None:
     for panel, name in [("Model and engine", "-m"), ("Model and engine", "--engine-option"),
                         ("Endpoints and feed", "--no-endpoint"), ("Remote", "--ray")]:  # fmt: skip
         assert name in panels[panel], (panel, panels[panel])
+
+
+@pytest.mark.parametrize(
+    ("command", "usage"),
+    [
+        (("file",), "streamasr file [OPTIONS] PATHS..."),
+        (("bench",), "streamasr bench [OPTIONS] DATASET"),
+        (("models", "pull"), "streamasr models pull [OPTIONS] NAME"),
+        (("models", "default"), "streamasr models default [OPTIONS] [NAME]"),
+    ],
+)
+def test_the_usage_line_names_arguments_as_people_write_them(
+    command: tuple[str, ...], usage: str
+) -> None:
+    """PATHS..., not Typer's `{paths}...`, which reads like a set or a format string."""
+    first = next(line for line in _help(command).splitlines() if "Usage:" in line)
+    assert first.split("Usage:", 1)[1].strip() == usage
