@@ -162,6 +162,12 @@ def setup_logging(verbose: bool) -> None:
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
+def note(text: str, **style: Any) -> None:
+    """A note for a person on stderr: wrapped at word boundaries on a terminal (the terminal
+    itself would break a long line inside words), one line when piped (for grep)."""
+    err_console.print(text, soft_wrap=not err_console.is_terminal, **style)
+
+
 def report_error(exc: StreamAsrError | str) -> None:
     """One line on stderr, no traceback; brackets in names are printed, not read as markup.
     A reader that went away (`| head`) is said nothing about."""

@@ -26,7 +26,7 @@ from rich.progress import (
 from rich.table import Table
 
 from streamasr.backends.registry import describe_folder, install_hooks, released
-from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup_logging
+from streamasr.commands.common import VerboseOpt, cli_errors, err_console, note, setup_logging
 from streamasr.distribution import install
 from streamasr.distribution.cache import (
     cache_dir,
@@ -184,7 +184,7 @@ def _print_table(rows: Sequence[Mapping[str, object]], cache: Path) -> None:
         }
         table.add_row(*(cells[c] for c in (FULL_COLUMNS if wide else NARROW_COLUMNS)))
     console.print(table)
-    err_console.print(
+    note(
         f"cache: {escape(str(cache))}\nchunk: audio per encoder step (Zipformer: fixed by "
         "the export; NeMo: one per trained look-ahead). * / default: what commands use "
         "without --model. engine nemo: for the NeMo engine "

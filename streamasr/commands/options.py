@@ -44,7 +44,7 @@ from streamasr.backends.base import (
 )
 from streamasr.backends.options import EngineOption, check_number
 from streamasr.backends.plan import LoadPlan, make_plan
-from streamasr.commands.common import err_console, spliced_parameters
+from streamasr.commands.common import err_console, note, spliced_parameters
 from streamasr.errors import UsageError
 from streamasr.session.endpointing import ENDPOINT_SWITCH, RULE_OPTIONS, endpoint_options
 from streamasr.session.stream import DEFAULT_TAIL_PADDING_S, StreamOptions
@@ -381,7 +381,7 @@ def with_user_defaults(options: ModelOptions, hint: bool = True) -> ModelOptions
     device = options.device or (None if options.gpu else settings.device)
     if model is None and options.backend is None and not options.gpu and settings.hints and hint:
         if err_console.is_terminal:
-            err_console.print(
+            note(
                 "using the bundled demo model tiny-en, which is not for real speech; for a real "
                 "one: streamasr models pull en --default  (hints = false in "
                 f"{settings.path} hides this)",
