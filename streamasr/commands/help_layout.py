@@ -39,7 +39,7 @@ PANELS: dict[str, tuple[str, ...]] = {
         "--cue-line-chars", "--cue-lines", "--cue-max-s", "--cue-min-s", "--cue-max-cps",
         "--cue-min-words",
     ),
-    "Remote": ("--server", "--room", "--ray"),
+    "Remote": ("--server", "--room", "--cafile", "--ray"),
     "Server": (
         "--host", "--port", "--workers", "--wyoming", "--schedule", "--max-batch",
         "--max-wait-ms", "--grace-s",
@@ -105,7 +105,7 @@ def place_help(command: click.Command, ctx: click.Context) -> None:
               if isinstance(p, TyperOption) and p is not helper and not p.hidden]  # fmt: skip
     panels = [getattr(p, "rich_help_panel", None) for p in others]
     if helper is not None and others and all(panels):
-        helper.rich_help_panel = list(dict.fromkeys(panels))[-1]  # type: ignore[attr-defined]
+        helper.rich_help_panel = list(dict.fromkeys(panels))[-1]
 
 
 def _names(param: Any, ctx: click.Context) -> Any:

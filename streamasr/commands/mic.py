@@ -31,8 +31,10 @@ from streamasr.commands.options import (
 )
 from streamasr.commands.remote import (
     SEND_BLOCK_S,
+    CafileOpt,
     RoomOpt,
     ServerOpt,
+    check_cafile,
     check_remote_options,
     check_room,
     remote_model,
@@ -187,6 +189,7 @@ def register(app: typer.Typer) -> None:
         max_backlog: BacklogOpt = DEFAULT_MAX_BACKLOG_S,
         server: ServerOpt = None,
         room: RoomOpt = None,
+        cafile: CafileOpt = None,
         fmt: FormatOpt = None,
         sentence_case: SentenceCaseOpt = False,
         punctuate: PunctuateOpt = None,
@@ -209,6 +212,7 @@ def register(app: typer.Typer) -> None:
                 check_number("--max-backlog", max_backlog, 0, 3600, "s", low_open=True)
                 check_number("--channel", channel, 1, 1024, "(1-based)")
                 check_room(room, server)
+                check_cafile(cafile, server)
                 fmt_name = choose_format(fmt)
                 # the command line first (usage errors, CUDA), then the device, both said in a
                 # second, before the model loads
@@ -223,7 +227,7 @@ def register(app: typer.Typer) -> None:
                 if server is not None:
                     recognizer, options = None, StreamOptions()
                     open_session = remote_opener(server, model_options, finishing.active, room,
-                                                 asked)  # fmt: skip
+                                                 asked, cafile)  # fmt: skip
                     # the capture's blocks are the messages sent; the server cuts its own
                     block_s = (
                         model_options.block_ms / 1000 if model_options.block_ms else SEND_BLOCK_S
@@ -263,11 +267,11 @@ def register(app: typer.Typer) -> None:
 
 def remote_opener(
     url: str, model_options: ModelOptions, finished_here: bool = False, room: str | None = None,
-    asked: dict[str, bool] | None = None,
+    asked: dict[str, bool] | None = None, cafile: str | None = None,
 ) -> SessionOpener:
     """Sessions on a `streamasr serve` at `url`, with the session settings `file --server`
     sends (so what is printed is what a local `mic` prints with the server's model)."""
-    model = remote_model(url, model_options, finished_here, room, asked)
+    model = remote_model(url, model_options, finished_here, room, asked, cafile)
     model.open()
 
     def open_session(rate: int, name: str, clock: CaptureClock) -> Session:
