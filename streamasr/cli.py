@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer._click.exceptions import NoSuchOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from streamasr.commands import coerce
 from streamasr.commands.lazy import LazyCommand, lazy_group
@@ -99,6 +100,18 @@ _value_type = TyperOption.display_type_rich
 TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 
+def usage_name(self: TyperArgument) -> str:
+    """An argument as the usage line shows it: `PATHS...`, `DATASET`, `[NAME]` (Typer's own
+    `{paths}...` reads like a set or a format string)."""
+    name = self.metavar or (self.name or "").upper()
+    if not self.required:
+        name = f"[{name}]"
+    return name + ("..." if self.nargs != 1 else "")
+
+
+TyperArgument._usage_display_name = usage_name  # type: ignore[method-assign]
+
+
 def _compact(format_help: Any) -> Any:
     """-h that fits 80 columns (streamasr/commands/help_layout.py), loaded with the help."""
 
@@ -106,6 +119,7 @@ def _compact(format_help: Any) -> Any:
         from streamasr.commands import help_layout
 
         help_layout.install()
+        help_layout.place_help(self, ctx)
         written = self.help
         self.help = help_layout.reflow(written)  # the terminal wraps it, not the source
         try:
@@ -118,6 +132,7 @@ def _compact(format_help: Any) -> Any:
 
 TyperCommand.format_help = _compact(TyperCommand.format_help)  # type: ignore[method-assign]
 TyperGroup.format_help = _compact(TyperGroup.format_help)  # type: ignore[method-assign]
+
 
 class _GuardedStdout:
     """sys.stdout, except that a failed write or flush raises OutputError, not OSError.
@@ -248,9 +263,22 @@ def _usage_error(exc: typer.TyperException, args: list[str]) -> int:
         return code
     format_message = getattr(exc, "format_message", None)
     message = format_message() if callable(format_message) else str(exc)
+    if isinstance(exc, NoSuchOption):  # Click's guesses compared the dashes too
+        message = _no_such_option(exc)
     message = " ".join(message.strip().rstrip(".").splitlines())
     report_error(f"{message}; see '{_help_path(exc, args)} --help'")
     return code
+
+
+def _no_such_option(exc: NoSuchOption) -> str:
+    """"No such option: --modl (did you mean --model?)", or without a guess when none is
+    close (streamasr/commands/suggest.py)."""
+    from streamasr.commands.suggest import close_options, did_you_mean
+
+    ctx = exc.ctx
+    names = [name for param in (ctx.command.get_params(ctx) if ctx else [])
+             for name in (*param.opts, *param.secondary_opts)]  # fmt: skip
+    return exc.message + did_you_mean(close_options(exc.option_name, names))
 
 
 def _help_path(exc: typer.TyperException, args: list[str]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 import tarfile
@@ -123,24 +124,42 @@ def test_models_default_refuses_what_it_cannot_run(tmp_path: Path) -> None:
     assert not (tmp_path / "config.toml").exists()
 
 
-def test_a_terminal_user_on_the_demo_model_is_told_how_to_get_a_real_one(tmp_path: Path) -> None:
-    def stderr_on_a_terminal(*args: str, config: str = "") -> str:
-        (tmp_path / "config.toml").write_text(config)
-        controller, terminal = pty.openpty()
-        env = dict(os.environ, STREAMASR_CONFIG=str(tmp_path / "config.toml"),
-                   PYTHONPATH=str(REPO), COLUMNS="200")
-        proc = subprocess.Popen([sys.executable, "-m", "streamasr", "file", str(CLIP),
-                                 "-f", "text", *args], stdout=subprocess.DEVNULL,
-                                stderr=terminal, env=env)
-        os.close(terminal)
-        chunks = [read_terminal(controller)]
-        assert proc.wait(timeout=120) == 0
-        os.close(controller)
-        return b"".join(chunks).decode(errors="replace")
+def stderr_on_a_terminal(
+    tmp_path: Path, *args: str, config: str = "", columns: int = 200
+) -> str:
+    """What `file CLIP -f text ARGS` writes to stderr when it is a terminal."""
+    (tmp_path / "config.toml").write_text(config)
+    controller, terminal = pty.openpty()
+    env = dict(os.environ, STREAMASR_CONFIG=str(tmp_path / "config.toml"),
+               PYTHONPATH=str(REPO), COLUMNS=str(columns))
+    proc = subprocess.Popen([sys.executable, "-m", "streamasr", "file", str(CLIP),
+                             "-f", "text", *args], stdout=subprocess.DEVNULL,
+                            stderr=terminal, env=env)
+    os.close(terminal)
+    chunks = [read_terminal(controller)]
+    assert proc.wait(timeout=120) == 0
+    os.close(controller)
+    return re.sub(r"\x1b\[[0-9;]*m", "", b"".join(chunks).decode(errors="replace"))
 
-    hinted = stderr_on_a_terminal()
+
+def test_a_terminal_user_on_the_demo_model_is_told_how_to_get_a_real_one(tmp_path: Path) -> None:
+    hinted = stderr_on_a_terminal(tmp_path)
     assert DEMO_HINT in hinted and "streamasr models pull en --default" in hinted
-    assert DEMO_HINT not in stderr_on_a_terminal("--model", "tiny-en")
-    assert DEMO_HINT not in stderr_on_a_terminal(config="hints = false\n")
+    assert DEMO_HINT not in stderr_on_a_terminal(tmp_path, "--model", "tiny-en")
+    assert DEMO_HINT not in stderr_on_a_terminal(tmp_path, config="hints = false\n")
     # not on a terminal: no hint (the output of scripts stays as it was)
     assert DEMO_HINT not in run(tmp_path, "file", str(CLIP), "-f", "text").stderr
+
+
+def test_the_demo_model_hint_wraps_between_words_at_80_columns(tmp_path: Path) -> None:
+    """Rich wraps it at the terminal's width, between words; left to the terminal, a line
+    longer than the screen broke inside words ("stream / asr")."""
+    screen = stderr_on_a_terminal(tmp_path, columns=80)
+    found = re.search(re.escape(DEMO_HINT) + r".*?hides\s+this\)", screen, re.DOTALL)
+    assert found, screen
+    hint = found.group(0)
+    lines = hint.splitlines()
+    assert len(lines) > 1 and max(len(line.rstrip()) for line in lines) <= 80, hint
+    words = " ".join(hint.split())
+    assert "for a real one: streamasr models pull en --default (hints = false in" in words
+    assert f"{tmp_path / 'config.toml'} hides this)" in words

@@ -366,7 +366,7 @@ def test_mic_over_a_server_prints_what_its_capture_gives_through_file(
 
 def test_mic_server_refusals_are_one_line_before_any_capture(pulse_server: PulseServer) -> None:
     """No server there: said (exit 1) before the microphone starts; a model option the
-    server owns: a usage error (exit 2)."""
+    server owns, or a --cafile that is not there: a usage error (exit 2)."""
     unreachable = run(
         ["mic", "--device", "pulse", "--server", "ws://127.0.0.1:9/ws", "--duration", "1"],
         pulse_server.env,
@@ -377,6 +377,11 @@ def test_mic_server_refusals_are_one_line_before_any_capture(pulse_server: Pulse
     owned = run(["mic", "--device", "pulse", "--server", "ws://127.0.0.1:9/ws", "--chunk", "32"],
                 pulse_server.env)  # fmt: skip
     assert owned.returncode == 2 and "--chunk is the server's setting" in owned.stderr
+    missing = "/nonexistent/ca.pem"  # --cafile is checked as file's is, before capture
+    untrusting = run(["mic", "--device", "pulse", "--server", "wss://127.0.0.1:9/ws",
+                      "--cafile", missing], pulse_server.env)  # fmt: skip
+    assert untrusting.returncode == 2, untrusting.stderr
+    assert f"--cafile {missing} does not exist" in untrusting.stderr
 
 
 def test_mic_keeps_its_text_when_the_server_goes_away(

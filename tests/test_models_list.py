@@ -71,3 +71,23 @@ def test_an_80_column_terminal_gets_one_line_per_model(tmp_path: Path) -> None:
     for name in ("en-20M", "nemo-fastconformer-multi", "tiny-en", "tiny-random-ctc"):
         (row,) = [line for line in lines if line.split()[0] == name]
         assert "MB" in row or "bundled" in row, row
+
+
+def test_the_footer_wraps_between_words_at_80_columns(tmp_path: Path) -> None:
+    """The notes under the table, on an 80-column terminal: lines of at most 80 characters,
+    broken between words (the terminal itself broke them inside words); piped, one line."""
+    controller, terminal = pty.openpty()
+    env = dict(os.environ, STREAMASR_HOME=str(tmp_path), PYTHONPATH=str(REPO), COLUMNS="80",
+               TERM="xterm")
+    proc = subprocess.Popen([sys.executable, "-m", "streamasr", "models", "list"],
+                            stdout=subprocess.DEVNULL, stderr=terminal, env=env)
+    os.close(terminal)
+    chunks = [read_terminal(controller)]
+    assert proc.wait(timeout=60) == 0
+    os.close(controller)
+    screen = re.sub(r"\x1b\[[0-9;]*m", "", b"".join(chunks).decode())
+    notes = screen[screen.index("chunk: audio per encoder step") :].splitlines()
+    assert len(notes) > 1 and max(len(line.rstrip()) for line in notes) <= 80, screen
+    piped = streamasr("models", "list", home=tmp_path).stderr
+    (line,) = [line for line in piped.splitlines() if line.startswith("chunk:")]
+    assert " ".join(" ".join(notes).split()) == " ".join(line.split())

@@ -62,3 +62,26 @@ def test_dash_h_prints_the_help_like_help(args: list[str]) -> None:
     assert short.returncode == long.returncode == 0, short.stderr
     assert "Usage: streamasr" in short.stdout
     assert short.stdout == long.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "guess"),
+    [
+        (["file", WAV, "--bogus"], None),  # Click offered --gpu, --verbose
+        (["file", WAV, "--verbos"], "(did you mean --verbose?)"),
+        (["file", WAV, "--modl", "x"], "(did you mean --model?)"),
+        (["serve", "--prot", "1"], "(did you mean --port?)"),
+        (["file", WAV, "--rule", "1"], "(did you mean --rule1, --rule2 or --rule3?)"),
+        (["models", "pull", "en", "--forse"], "(did you mean --force?)"),
+    ],
+)
+def test_an_unknown_option_is_offered_only_options_close_to_it(
+    args: list[str], guess: str | None
+) -> None:
+    done = cli(*args)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    if guess is None:
+        assert "did you mean" not in line and "Possible" not in line, line
+    else:
+        assert guess in line, line

@@ -34,105 +34,77 @@ def register(app: typer.Typer) -> None:
         dataset: Annotated[
             Path,
             typer.Argument(
-                help="LibriSpeech-style folder (*.trans.txt, or trans.txt beside the clips), "
-                "Kaldi data dir (wav.scp + text), JSONL manifest (audio_filepath, text, ...) "
-                "or TSV/CSV table (a path and a text column, e.g. Common Voice's test.tsv)."
+                help="Test set: LibriSpeech-style folder, Kaldi data dir, JSONL manifest or "
+                "TSV/CSV table (docs/bench.md)."
             ),
         ],
         model_options: ModelOptions,
         limit: Annotated[int | None, typer.Option(help="Use only the first N utterances.")] = None,
         audio_column: Annotated[
             str | None,
-            typer.Option(help="TSV/CSV datasets: the column with the audio path (default: "
-                         "the first of path, audio, audio_filepath, file, filename, wav)."),
+            typer.Option(help="TSV/CSV: the audio path's column (default: by name)."),
         ] = None,
         text_column: Annotated[
             str | None,
-            typer.Option(help="TSV/CSV datasets: the column with the reference text (default: "
-                         "the first of sentence, text, transcript, transcription)."),
+            typer.Option(help="TSV/CSV: the reference's column (default: by name)."),
         ] = None,
         metric: Annotated[
             str,
-            typer.Option(
-                help="wer, cer, mer, or auto: cer for a Chinese model, mer (CJK characters "
-                "and English words) for a Chinese-English one, else wer."
-            ),
+            typer.Option(help="wer, cer, mer, or auto (by the model's language)."),
         ] = "auto",
         realtime: Annotated[
             bool,
-            typer.Option(
-                help="Feed each utterance at live speed and report wall-clock latency "
-                "too (slow: takes as long as the audio)."
-            ),
+            typer.Option(help="Feed at live speed; also report wall-clock latency (slow)."),
         ] = False,
         streams: Annotated[
             str | None,
             typer.Option(
-                help="Also decode N utterances at once in batches (shared out among the "
-                "--workers) and report the aggregate throughput; comma-separated to sweep "
-                "(1,2,4,8). The text must equal one stream's (checked for each value). With "
-                "--capacity: the live stream counts to probe, or auto (the default) to search."
+                help="Also decode N utterances at once, batched (1,2,4,8 sweeps); "
+                "--capacity: the counts to probe, or auto."
             ),
         ] = None,
         workers: Annotated[
             int,
-            typer.Option(
-                help="Decode in N worker processes, each with its own engine loaded before "
-                "anything is timed, to use N cores (try --threads 1 --workers $(nproc)). "
-                "Results are identical to one worker; default 1 keeps the per-utterance "
-                "compute times free of contention between workers."
-            ),
+            typer.Option(help="Worker processes, one engine each."),
         ] = 1,
         ray: Annotated[
             str | None,
             typer.Option(
                 "--ray",
                 metavar="[ADDRESS]",
-                help="Decode the one-stream pass on a Ray cluster, in shards of utterances, "
-                "one engine per CPU: --ray alone starts one on this machine; auto, "
-                "ray://HOST:PORT or HOST:PORT joins one. Results equal a local run's "
-                "(pip install 'streamasr\\[ray]').",
+                help="Decode the one-stream pass on a Ray cluster; alone: a local one "
+                "(docs/ray.md).",
             ),
         ] = None,
         capacity: Annotated[
             bool,
             typer.Option(
                 "--capacity",
-                help="Instead of scoring the set: find how many live streams this machine "
-                "holds. Streams of the dataset's audio are paced at real time through "
-                "streamasr's loop over --workers processes, and the largest count whose step "
-                "p99 stays within the chunk's duration is reported (see docs/bench.md).",
+                help="Find how many live streams this machine holds (docs/bench.md).",
             ),
         ] = False,
         probe_seconds: Annotated[
             float,
-            typer.Option(help="--capacity: seconds of live audio per probed stream count."),
+            typer.Option(help="--capacity: audio (s) per probe."),
         ] = 15.0,
         schedule: Annotated[
             str | None,
             typer.Option(
                 metavar="aligned|ready",
-                help="--capacity: how live streams are stepped. ready (the default, as serve's): "
-                "each as soon as its chunk is there, as independent clients arrive; aligned: "
-                "all together at the ticks of one clock of the chunk's period (a chunk waits "
-                "at most one chunk for its tick, counted in the latency).",
+                help="--capacity: ready (the default) or aligned.",
             ),
         ] = None,
         ceiling: Annotated[
             str | None,
             typer.Option(
                 metavar="N|FILE",
-                help="--capacity: the engine's stream ceiling on this machine, or the JSON "
-                "of scripts/capacity_cpu.py --out; the result is then also given as a "
-                "fraction of it (see docs/performance.md).",
+                help="--capacity: the engine's stream ceiling, or its JSON "
+                "(docs/performance.md).",
             ),
         ] = None,
         out: Annotated[
             Path,
-            typer.Option(
-                help="Folder for results.json and results.md, checked writable before "
-                "anything runs; utterances.jsonl there grows as utterances finish."
-            ),
+            typer.Option(help="Folder for results.json, results.md and utterances.jsonl."),
         ] = Path("bench-results"),
         baseline: Annotated[
             Path | None,
@@ -141,15 +113,15 @@ def register(app: typer.Typer) -> None:
         fail_on: Annotated[
             str | None,
             typer.Option(
-                help="Exit 1 when a metric regresses past a bound against --baseline, "
-                "e.g. 'wer+0.5,first_token_p90+50ms,throughput-10%'."
+                help="Exit 1 past a bound against --baseline, e.g. "
+                "'wer+0.5,throughput-10%'."
             ),
         ] = None,
         plot: Annotated[
             Path | None,
             typer.Option(
-                help="Draw error rate against first-token latency to this PNG "
-                "(needs matplotlib: pip install 'streamasr\\[plot]')."
+                help="Plot error rate against first-token latency to this PNG "
+                "(needs streamasr\\[plot])."
             ),
         ] = None,
         verbose: VerboseOpt = False,

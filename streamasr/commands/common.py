@@ -59,14 +59,14 @@ QuietOpt = Annotated[
     typer.Option(
         "--quiet",
         "-q",
-        help="Captions only: no summary or progress on stderr (errors still are).",
+        help="Captions only: stderr keeps warnings and errors.",
     ),
 ]
 RawOpt = Annotated[
     str | None,
     typer.Option(
         "--raw",
-        help="Headerless PCM input: s16le, s32le or f32le (needs --rate).",
+        help="Headerless PCM: s16le, s32le or f32le (needs --rate).",
     ),
 ]
 RateOpt = Annotated[
@@ -79,13 +79,12 @@ ChannelsOpt = Annotated[
 
 SentenceCaseOpt = Annotated[
     bool,
-    typer.Option("--sentence-case", help="Finals in sentence case ('The right time to act') "
-                 "for models that write all capitals."),
+    typer.Option("--sentence-case", help="Finals in sentence case, for all-capitals models."),
 ]
 PunctuateOpt = Annotated[
     str | None,
-    typer.Option("--punctuate", metavar="MODEL", help="Punctuate and case finals: punct-en "
-                 "or a model folder; wins over --sentence-case."),
+    typer.Option("--punctuate", metavar="MODEL",
+                 help="Punctuate and case finals: punct-en or a folder."),
 ]
 
 
@@ -161,6 +160,12 @@ def setup_logging(verbose: bool) -> None:
         handler.setFormatter(_PrintableFormatter("%(levelname)s: %(message)s"))
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+def note(text: str, **style: Any) -> None:
+    """A note for a person on stderr: wrapped at word boundaries on a terminal (the terminal
+    itself would break a long line inside words), one line when piped (for grep)."""
+    err_console.print(text, soft_wrap=not err_console.is_terminal, **style)
 
 
 def report_error(exc: StreamAsrError | str) -> None:

@@ -26,14 +26,14 @@ from streamasr.text.captions import CueRules
 F = TypeVar("F", bound=Callable[..., Any])
 
 _SETTINGS = (
-    Setting("line_chars", "--cue-line-chars", "Most characters on a cue line (srt, vtt).",
+    Setting("line_chars", "--cue-line-chars", "Most characters on a cue line.",
             captions.LINE_CHARS_RANGE, "characters"),
     Setting("lines", "--cue-lines", "Most lines in a cue.", captions.LINES_RANGE, "lines"),
     Setting("max_s", "--cue-max-s", "Longest time a cue stays up.",
             captions.MAX_CUE_S_RANGE, "s"),
-    Setting("min_s", "--cue-min-s", "Shortest time a cue stays up (into the silence after it).",
+    Setting("min_s", "--cue-min-s", "Shortest time a cue stays up.",
             captions.MIN_CUE_S_RANGE, "s"),
-    Setting("max_cps", "--cue-max-cps", "Fastest reading speed (cues extended, then merged).",
+    Setting("max_cps", "--cue-max-cps", "Fastest reading speed (chars/s).",
             captions.MAX_CPS_RANGE, "characters/s"),
     Setting("min_words", "--cue-min-words", "Fewest words in a cue (no orphans).",
             captions.MIN_WORDS_RANGE, "words"),

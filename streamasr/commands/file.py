@@ -31,8 +31,10 @@ from streamasr.commands.cue_options import with_cue_options
 from streamasr.commands.inputs import check_inputs_exist, raw_input_format
 from streamasr.commands.options import ModelOptions, build, with_model_options
 from streamasr.commands.remote import (
+    CafileOpt,
     RoomOpt,
     ServerOpt,
+    check_cafile,
     check_remote_options,
     check_room,
     file_over_server,
@@ -64,8 +66,7 @@ def register(app: typer.Typer) -> None:
         realtime: Annotated[
             bool | None,
             typer.Option(help="Feed at the audio's own speed, so wall-clock timings are real "
-                         "(the default with --room: readers follow the talk as it was "
-                         "spoken; --no-realtime sends it as fast as the server decodes)."),
+                         "(the default with --room)."),
         ] = None,
         raw: RawOpt = None,
         rate: RateOpt = None,
@@ -74,6 +75,7 @@ def register(app: typer.Typer) -> None:
         partials: PartialsOpt = "full",
         server: ServerOpt = None,
         room: RoomOpt = None,
+        cafile: CafileOpt = None,
         ray: Annotated[
             str | None,
             typer.Option("--ray", metavar="[ADDRESS]", help="Decode on a Ray cluster, one task per "
@@ -93,6 +95,7 @@ def register(app: typer.Typer) -> None:
         setup_logging(verbose)
         with cli_errors():
             check_room(room, server)
+            check_cafile(cafile, server)
         if realtime is None:  # a room's readers follow the talk at its own pace
             realtime = room is not None
         if ray is not None:  # one task per input on a cluster: streamasr/cluster/
@@ -122,7 +125,7 @@ def register(app: typer.Typer) -> None:
         renderer = finished(renderer, finishing)
         if server is not None:  # the same output, decoded by `streamasr serve` at that URL
             file_over_server(server, paths, model_options, realtime, raw_format, renderer,
-                             finishing.active, room, asked)
+                             finishing.active, room, asked, cafile)
             return
         with cli_errors():
             recognizer, options = build(model_options, paced=realtime)

@@ -14,7 +14,7 @@ import inspect
 from typing import Any
 
 from typer import _click as click
-from typer.core import TyperArgument
+from typer.core import TyperArgument, TyperOption
 
 #: The names column's widest (a longer name wraps at its spaces).
 NAMES_MAX = 30
@@ -24,13 +24,12 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Model and engine": (
         "--model", "--backend", "--gpu", "--device", "--threads", "--att-context-size",
         "--decoder", "--trust-model-config", "--chunk", "--fp32", "--decoding-method",
-        "--verify", "--engine-option",
+        "--verify", "--hotwords", "--hotwords-score", "--engine-option",
     ),
     "Endpoints and feed": (
         "--endpoint", "--rule1", "--rule2", "--rule3", "--block-ms", "--tail-padding",
         "--onset-dbfs", "--vad", "--vad-end", "--vad-gate", "--vad-model",
     ),
-    "Hotwords": ("--hotwords", "--hotwords-score"),
     "Input": ("--realtime", "--raw", "--rate", "--channels"),
     "Output": (
         "--format", "--partials", "--output-dir", "--sentence-case", "--punctuate",
@@ -40,7 +39,7 @@ PANELS: dict[str, tuple[str, ...]] = {
         "--cue-line-chars", "--cue-lines", "--cue-max-s", "--cue-min-s", "--cue-max-cps",
         "--cue-min-words",
     ),
-    "Remote": ("--server", "--room", "--ray"),
+    "Remote": ("--server", "--room", "--cafile", "--ray"),
     "Server": (
         "--host", "--port", "--workers", "--wyoming", "--schedule", "--max-batch",
         "--max-wait-ms", "--grace-s",
@@ -68,9 +67,19 @@ COMMAND_PANELS: dict[str, dict[str, str]] = {
         ),
         **dict.fromkeys(("--out", "--baseline", "--fail-on", "--plot"), "Results"),
     },
+    "latency": dict.fromkeys(
+        ("--chunk", "--att-context-size", "--style", "--layers", "--subsampling",
+         "--left-chunks", "--measure"),
+        "Streaming setting",
+    ),
+    "mask": dict.fromkeys(
+        ("--steps", "--style", "--left-chunks", "--layers", "--att-context-size", "--chunk"),
+        "Mask",
+    ),
     "mic": {
         "--compute-device": "Model and engine",
-        **dict.fromkeys(("--channel", "--duration", "--save", "--max-backlog"), "Capture"),
+        **dict.fromkeys(
+            ("--device", "--channel", "--duration", "--save", "--max-backlog"), "Capture"),
         "--log": "Output",
     },
 }  # fmt: skip
@@ -88,16 +97,25 @@ def assign_panels(command: click.Command) -> None:
                     break
 
 
+def place_help(command: click.Command, ctx: click.Context) -> None:
+    """-h, --help at the end of the last panel when every other option has a panel: an
+    "Options" panel holding only -h costs three lines and says nothing."""
+    helper = command.get_help_option(ctx)
+    others = [p for p in command.get_params(ctx)
+              if isinstance(p, TyperOption) and p is not helper and not p.hidden]  # fmt: skip
+    panels = [getattr(p, "rich_help_panel", None) for p in others]
+    if helper is not None and others and all(panels):
+        helper.rich_help_panel = list(dict.fromkeys(panels))[-1]
+
+
 def _names(param: Any, ctx: click.Context) -> Any:
     import typer.rich_utils as rich_utils
     from rich.text import Text
 
-    if isinstance(param, TyperArgument):
-        many = param.metavar is None and param.nargs != 1
-        names = [param.display_name_raw + ("..." if many else "")]
-    else:
-        names = [o for o in param.opts if not o.startswith("--")]  # -m, --model: GNU's order
-        names += [o for o in param.opts if o.startswith("--")]
+    if isinstance(param, TyperArgument):  # as the usage line names it: PATHS..., [NAME]
+        return Text(param._usage_display_name(), style=rich_utils.STYLE_OPTION)
+    names = [o for o in param.opts if not o.startswith("--")]  # -m, --model: GNU's order
+    names += [o for o in param.opts if o.startswith("--")]
     text = Text(", ".join(n for n in names if n), style=rich_utils.STYLE_OPTION)
     shown = param.display_type_rich(ctx=ctx)
     if shown:

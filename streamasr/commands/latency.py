@@ -50,13 +50,11 @@ from streamasr.errors import UsageError
 from streamasr.session.measure import measure_engine
 
 MEASURE_STEPS = 12
-RELEASED_ALIASES = tuple(alias for entry in catalog.CATALOG for alias in entry.aliases)
 _NO_ENGINE_OPTIONS = ModelOptions()
 #: the model group's options as latency means them: for --measure
 LATENCY_HELP = {
-    "backend": "Engine to load the model with: sherpa-onnx, nemo, or module:ATTRIBUTE "
-    "(default: chosen from the model).",
-    "device": "Where --measure runs the model: cpu, cuda or cuda:N (NeMo). Default cpu.",
+    "backend": "Engine for --measure: sherpa-onnx, nemo, module:ATTRIBUTE.",
+    "device": "Where --measure runs: cpu, cuda, cuda:N (NeMo).",
     "threads": "CPU threads for --measure.",
 }
 
@@ -197,9 +195,7 @@ def latency_command(
         str | None,
         typer.Option(
             "--model", "-m",
-            help="Released model name (" + ", ".join(RELEASED_ALIASES) + "; pulled ones "
-            "are found in the cache for --measure), a model directory, or an encoder .onnx "
-            "file.",
+            help="Model name (`models list`), folder or encoder .onnx.",
         ),
     ] = None,
     chunk: Annotated[
@@ -220,7 +216,7 @@ def latency_command(
     measure: Annotated[
         bool,
         typer.Option("--measure", help="Load the model and measure when its encoder steps "
-                     "run and what they cost (sherpa-onnx, NeMo or any --backend)."),
+                     "run and what they cost."),
     ] = False,
     model_options: ModelOptions = _NO_ENGINE_OPTIONS,  # the group, spliced in at register
     fmt: FormatOpt = "table",

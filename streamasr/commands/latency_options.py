@@ -25,8 +25,8 @@ LatencyAttOpt = Annotated[
     str | None,
     typer.Option(
         "--att-context-size",
-        help="NeMo att_context_size LEFT,RIGHT in encoder steps, e.g. 70,13 (-1 = unlimited); "
-        "with --model MODEL.nemo, the trained look-ahead to load (and --measure).",
+        help="NeMo LEFT,RIGHT in encoder steps, e.g. 70,13 (-1 = unlimited); with a .nemo "
+        "model, the trained look-ahead to load.",
     ),
 ]
 StyleOpt = Annotated[

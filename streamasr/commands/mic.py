@@ -31,8 +31,10 @@ from streamasr.commands.options import (
 )
 from streamasr.commands.remote import (
     SEND_BLOCK_S,
+    CafileOpt,
     RoomOpt,
     ServerOpt,
+    check_cafile,
     check_remote_options,
     check_room,
     remote_model,
@@ -63,23 +65,21 @@ DeviceOpt = Annotated[
     typer.Option(
         "--device",
         "-d",
-        help="Input device: index or case-insensitive part of its name (see `streamasr "
-        "devices`). Default: the system's default input.",
+        help="Input device: index or name part (`streamasr devices`).",
     ),
 ]
 ChannelOpt = Annotated[
     int | None,
-    typer.Option(help="Use only this input channel (1-based); default: average the channels."),
+    typer.Option(help="Only this channel (1-based); default: their mean."),
 ]
 DurationOpt = Annotated[
     float | None,
-    typer.Option(help="Stop after this many seconds of captured audio (unattended runs)."),
+    typer.Option(help="Stop after this many seconds of captured audio."),
 ]
 SaveOpt = Annotated[
     str | None,
     typer.Option(
-        help="Write the captured audio here as it arrives (.wav: 32-bit float, replays "
-        "exactly with `streamasr file --realtime`)."
+        help="Write the captured audio here (docs/mic.md)."
     ),
 ]
 LogOpt = Annotated[
@@ -90,8 +90,7 @@ BacklogOpt = Annotated[
     float,
     typer.Option(
         "--max-backlog",
-        help="Seconds of captured audio the queue may hold when decoding falls behind; "
-        "beyond it blocks are dropped and counted.",
+        help="Seconds of audio held while decoding lags; more are dropped.",
     ),
 ]
 
@@ -190,6 +189,7 @@ def register(app: typer.Typer) -> None:
         max_backlog: BacklogOpt = DEFAULT_MAX_BACKLOG_S,
         server: ServerOpt = None,
         room: RoomOpt = None,
+        cafile: CafileOpt = None,
         fmt: FormatOpt = None,
         sentence_case: SentenceCaseOpt = False,
         punctuate: PunctuateOpt = None,
@@ -198,14 +198,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Live captions from a microphone: partials as you speak, a final per utterance.
 
-        Endpointing is on: an utterance ends after --rule2 s of silence following text.
-
-        Each utterance becomes a final line with its start and end time; no audio is lost.
-
-        Ctrl-C stops capture, flushes the last final and prints the summary (exit 130).
-
-        With --server ws://HOST:PORT/ws the audio is decoded by a `streamasr serve` there and
-        printed as here (its model; the feed block, tail padding and endpoint rules given).
+        An utterance ends after --rule2 s of silence following text and becomes a final line
+        with its start and end time; no audio is lost. Ctrl-C stops capture, flushes the last
+        final and prints the summary (exit 130). With --server the audio is decoded by a
+        `streamasr serve` and printed as here (docs/mic.md).
         """
         setup_logging(verbose)
         writer: AudioWriter | None = None
@@ -216,6 +212,7 @@ def register(app: typer.Typer) -> None:
                 check_number("--max-backlog", max_backlog, 0, 3600, "s", low_open=True)
                 check_number("--channel", channel, 1, 1024, "(1-based)")
                 check_room(room, server)
+                check_cafile(cafile, server)
                 fmt_name = choose_format(fmt)
                 # the command line first (usage errors, CUDA), then the device, both said in a
                 # second, before the model loads
@@ -230,7 +227,7 @@ def register(app: typer.Typer) -> None:
                 if server is not None:
                     recognizer, options = None, StreamOptions()
                     open_session = remote_opener(server, model_options, finishing.active, room,
-                                                 asked)  # fmt: skip
+                                                 asked, cafile)  # fmt: skip
                     # the capture's blocks are the messages sent; the server cuts its own
                     block_s = (
                         model_options.block_ms / 1000 if model_options.block_ms else SEND_BLOCK_S
@@ -270,11 +267,11 @@ def register(app: typer.Typer) -> None:
 
 def remote_opener(
     url: str, model_options: ModelOptions, finished_here: bool = False, room: str | None = None,
-    asked: dict[str, bool] | None = None,
+    asked: dict[str, bool] | None = None, cafile: str | None = None,
 ) -> SessionOpener:
     """Sessions on a `streamasr serve` at `url`, with the session settings `file --server`
     sends (so what is printed is what a local `mic` prints with the server's model)."""
-    model = remote_model(url, model_options, finished_here, room, asked)
+    model = remote_model(url, model_options, finished_here, room, asked, cafile)
     model.open()
 
     def open_session(rate: int, name: str, clock: CaptureClock) -> Session:

@@ -26,7 +26,7 @@ from rich.progress import (
 from rich.table import Table
 
 from streamasr.backends.registry import describe_folder, install_hooks, released
-from streamasr.commands.common import VerboseOpt, cli_errors, err_console, setup_logging
+from streamasr.commands.common import VerboseOpt, cli_errors, err_console, note, setup_logging
 from streamasr.distribution import install
 from streamasr.distribution.cache import (
     cache_dir,
@@ -184,7 +184,7 @@ def _print_table(rows: Sequence[Mapping[str, object]], cache: Path) -> None:
         }
         table.add_row(*(cells[c] for c in (FULL_COLUMNS if wide else NARROW_COLUMNS)))
     console.print(table)
-    err_console.print(
+    note(
         f"cache: {escape(str(cache))}\nchunk: audio per encoder step (Zipformer: fixed by "
         "the export; NeMo: one per trained look-ahead). * / default: what commands use "
         "without --model. engine nemo: for the NeMo engine "
@@ -243,39 +243,33 @@ def pull(
         float | None,
         typer.Option(
             "--max-unpacked-mb",
-            help="Most MB the model may unpack to (default: 3x the catalog's download size; "
-            "other archives 20x their own size, at least 256 MB; a .nemo 8192 MB).",
+            help="Most MB the model may unpack to (default: see docs/models.md).",
         ),
     ] = None,
     max_download_mb: Annotated[
         float | None,
         typer.Option(
             "--max-download-mb",
-            help="Most MB a download may bring before it is stopped and deleted (default: "
-            f"{install.CATALOG_DOWNLOAD_FACTOR}x the catalog's size; other models "
-            f"{install.DEFAULT_DOWNLOAD_MB} MB).",
+            help="Most MB a download may bring (default: see docs/models.md).",
         ),
     ] = None,
     accept_new_checksum: Annotated[
         bool,
         typer.Option(
             "--accept-new-checksum",
-            help="Install an archive whose sha256 differs from the one pinned at the first "
-            "download (models without a published checksum), and pin the new one.",
+            help="Install an archive whose sha256 differs from the one pinned, and pin it.",
         ),
     ] = False,
     timeout: Annotated[
         float,
         typer.Option(
             "--timeout",
-            help="Seconds: a download that brings under 16 KB in this window has stalled "
-            "and is resumed.",
+            help="Seconds under 16 KB that make a download stalled (resumed).",
         ),
     ] = DEFAULT_TIMEOUT_S,
     make_default: Annotated[
         bool,
-        typer.Option("--default", help="Then make it the model every command uses when "
-                     "--model is not given (see `streamasr models default`)."),
+        typer.Option("--default", help="Then make it the default (`models default`)."),
     ] = False,
     verbose: VerboseOpt = False,
 ) -> None:

@@ -44,7 +44,7 @@ from streamasr.backends.base import (
 )
 from streamasr.backends.options import EngineOption, check_number
 from streamasr.backends.plan import LoadPlan, make_plan
-from streamasr.commands.common import err_console, spliced_parameters
+from streamasr.commands.common import err_console, note, spliced_parameters
 from streamasr.errors import UsageError
 from streamasr.session.endpointing import ENDPOINT_SWITCH, RULE_OPTIONS, endpoint_options
 from streamasr.session.stream import DEFAULT_TAIL_PADDING_S, StreamOptions
@@ -101,23 +101,23 @@ class _Spec:
 _SPECS: tuple[_Spec, ...] = (
     _Spec(
         "model", str | None, ("--model", "-m"),
-        "Bundled model name, catalog name, a sherpa-onnx model directory or a .nemo file.",
+        "Model name (`models list`), folder or .nemo.",
     ),
     _Spec(
         "backend", str | None, ("--backend",),
-        "Engine: sherpa-onnx, nemo or module:ATTRIBUTE (default: by the model's files).",
+        "Engine: sherpa-onnx, nemo, module:ATTRIBUTE.",
     ),
     _Spec(
         "gpu", bool, ("--gpu",),
-        "NeMo on CUDA: --backend nemo --device cuda (needs streamasr\\[gpu]).",
+        "NeMo on CUDA (pip install 'streamasr\\[gpu]').",
     ),
     _Spec(
         "device", str | None, ("--device",),
-        "Engine device: cpu, cuda or cuda:N (NeMo); default cpu, cuda with --gpu.",
+        "Engine device: cpu, cuda, cuda:N (NeMo).",
     ),
     _Spec(
         "threads", int, ("--threads",),
-        "CPU threads for the engine; for more cores, run more streams instead.",
+        "CPU threads for the engine.",
     ),
     # the endpoint options' names, help and ranges are endpointing.py's
     _Spec(ENDPOINT_SWITCH.field, bool, (ENDPOINT_SWITCH.flag,), ENDPOINT_SWITCH.help),
@@ -132,24 +132,27 @@ _SPECS: tuple[_Spec, ...] = (
     ),
     _Spec(
         "onset_dbfs", float | None, ("--onset-dbfs",),
-        "Fixed speech-onset level for first-token timing (default: noise floor + 10 dB).",
+        "Speech-onset level, dBFS (default: floor + 10 dB).",
     ),
     _Spec(
         "vad", str, ("--vad",),
-        "Voice activity detector: silero (bundled), energy or off (docs/vad.md).",
+        "VAD: silero, energy or off.",
     ),
     _Spec(
         "vad_end", bool, ("--vad-end",),
-        "End an utterance when the VAD hears 0.5 s of silence (sooner than --rule2).",
+        "End an utterance after 0.5 s of VAD silence.",
     ),
     _Spec(
         "vad_gate", bool, ("--vad-gate",),
-        "Feed the recogniser no silence the VAD finds (times stay the input's).",
+        "Feed the recogniser no silence the VAD finds.",
     ),
-    _Spec("vad_model", str | None, ("--vad-model",), "A Silero VAD .onnx file (v5 or later)."),
+    _Spec(
+        "vad_model", str | None, ("--vad-model",),
+        "Silero VAD .onnx, v5 or later (docs/vad.md).",
+    ),
     _Spec(
         "verify", bool, ("--verify",),
-        "Hash every file of a pulled model against its manifest before use.",
+        "Hash a pulled model's files before use.",
     ),
 )
 
@@ -218,7 +221,7 @@ def _generic_parameter() -> inspect.Parameter:
             list[str] | None,
             typer.Option(
                 "--engine-option", "-O", metavar="NAME=VALUE",
-                help="An option of a --backend module:ATTRIBUTE engine (repeatable).",
+                help="An option of a --backend module (repeatable).",
             ),
         ],
     )
@@ -246,6 +249,7 @@ def with_model_options(
     fields: Iterable[str] = GROUP_FIELDS,
     own: Iterable[str] = (),
     user_defaults: bool = True,
+    said_defaults: Iterable[str] = (),
 ) -> Callable[[F], F]:
     """Add the group's options where the command's `model_options` parameter stands.
 
@@ -256,12 +260,14 @@ def with_model_options(
     `own`: engine option names the command declares itself (latency's --chunk, which is
     also arithmetic without a model).
     `user_defaults`: fill the config's model and device in (latency reads only what it is told).
+    `said_defaults`: fields whose help_for text says a default of the command's own (serve's
+    tail padding), so the group's is not shown beside it.
     """
     renamed = dict(rename or {})
     unknown = (set(renamed) | set(fields)) - set(GROUP_FIELDS)
     if unknown:
         raise ValueError(f"not in the model options group: {sorted(unknown)}")
-    wanted, declared_here = set(fields), set(own)
+    wanted, declared_here, said_defaults = set(fields), set(own), set(said_defaults)
     specs = [spec for spec in _SPECS if spec.field in wanted]
     helps = {spec.field: (help_for or {}).get(spec.field, spec.help) for spec in specs}
 
@@ -279,7 +285,9 @@ def with_model_options(
                     name,
                     inspect.Parameter.KEYWORD_ONLY,
                     default=getattr(_DEFAULTS, spec.field),
-                    annotation=Annotated[spec.type, typer.Option(*decls, help=helps[spec.field])],
+                    annotation=Annotated[spec.type, typer.Option(
+                        *decls, help=helps[spec.field],
+                        show_default=spec.field not in said_defaults)],
                 )
             )
         names = {param.name: spec.field for param, spec in zip(group, specs, strict=True)}
@@ -373,7 +381,7 @@ def with_user_defaults(options: ModelOptions, hint: bool = True) -> ModelOptions
     device = options.device or (None if options.gpu else settings.device)
     if model is None and options.backend is None and not options.gpu and settings.hints and hint:
         if err_console.is_terminal:
-            err_console.print(
+            note(
                 "using the bundled demo model tiny-en, which is not for real speech; for a real "
                 "one: streamasr models pull en --default  (hints = false in "
                 f"{settings.path} hides this)",

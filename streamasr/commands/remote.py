@@ -8,7 +8,8 @@ server's model (the clocks aside). The feed block and the tail padding (given or
 defaults) always travel as the session's own settings, so the output does not depend on the
 server's defaults; so do the endpoint rules, when given. The other model options are the
 server's and are refused here. The token, if the server wants one, comes from
-$STREAMASR_TOKEN.
+$STREAMASR_TOKEN; a wss:// server's certificate is trusted by the system's CAs, or by
+--cafile's.
 """
 
 from __future__ import annotations
@@ -37,14 +38,23 @@ ServerOpt = Annotated[
     str | None,
     typer.Option(
         "--server",
-        help="Decode on a `streamasr serve` at ws://HOST:PORT/ws ($STREAMASR_TOKEN).",
+        help="Decode on a `streamasr serve` at ws://HOST:PORT/ws (its token: "
+        "$STREAMASR_TOKEN).",
     ),
 ]
 RoomOpt = Annotated[
     str | None,
     typer.Option(
         "--room",
-        help="With --server: also publish the captions to this room (docs/serve.md).",
+        help="With --server: also publish to this room (docs/serve.md).",
+    ),
+]
+CafileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cafile",
+        metavar="PATH",
+        help="Trust this CA or self-signed cert for wss://.",
     ),
 ]
 
@@ -100,14 +110,15 @@ def session_settings(options: ModelOptions, finished_here: bool = False) -> dict
 
 def remote_model(
     url: str, model_options: ModelOptions, finished_here: bool = False, room: str | None = None,
-    asked: dict[str, bool] | None = None,
+    asked: dict[str, bool] | None = None, cafile: str | None = None,
 ) -> RemoteModel:
-    """A connection to the `streamasr serve` at `url` (the token from $STREAMASR_TOKEN) whose
-    sessions ask for the settings given here (session_settings), publishing to `room` with
-    the finishing `asked` of the server (room_finishing)."""
+    """A connection to the `streamasr serve` at `url` (the token from $STREAMASR_TOKEN,
+    trusting `cafile`'s certificates for wss://) whose sessions ask for the settings given
+    here (session_settings), publishing to `room` with the finishing `asked` of the server
+    (room_finishing)."""
     from streamasr.server.client import connect
 
-    model = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None)
+    model = connect(url, token=os.environ.get("STREAMASR_TOKEN") or None, cafile=cafile)
     model.finish_timeout_s = finish_timeout_s()
     model.settings = session_settings(model_options, finished_here)
     if room is not None:
@@ -149,6 +160,18 @@ def finish_timeout_s() -> float:
     return seconds
 
 
+def check_cafile(cafile: str | None, server: str | None) -> None:
+    """--cafile trusts a --server's certificate: it needs --server, and a file that holds a
+    certificate (checked before any audio is read or captured; one line, exit 2)."""
+    if cafile is None:
+        return
+    if server is None:
+        raise UsageError("--cafile trusts a wss:// server's certificate; give --server URL too")
+    from streamasr.server.client_connect import trusting
+
+    trusting(cafile, "--cafile", UsageError)
+
+
 def check_room(room: str | None, server: str | None) -> None:
     """--room names a room on a server: it needs --server and a name a room may have."""
     if room is None:
@@ -171,6 +194,7 @@ def file_over_server(
     finished_here: bool,
     room: str | None = None,
     asked: dict[str, bool] | None = None,
+    cafile: str | None = None,
 ) -> None:
     """The `file` command with --server: every input through the remote model, its events
     into `renderer` (the one `file` builds, behind its finishing chain). The one driver
@@ -179,7 +203,7 @@ def file_over_server(
     from streamasr.server.client import ServerError
 
     with cli_errors():
-        model = remote_model(url, model_options, finished_here, room, asked)
+        model = remote_model(url, model_options, finished_here, room, asked, cafile)
         model.open()  # a wrong URL, a refused token or a full server: said before any audio
 
     def decode(path: str) -> None:

@@ -52,11 +52,8 @@ MAX_WORKERS = 256
 LIVE_DEFAULTS = {"block_ms": 100.0, "tail_padding_s": 0.3}
 #: --help says the server's defaults, not file's
 SERVE_HELP = {
-    "block_ms": "Sessions' feed block in ms; default: each message as it comes, cut at 100 ms "
-    "(live captions). Given: fixed blocks of that size. A session may ask for its own; "
-    "`file --server` asks for file's.",
-    "tail_padding_s": "Seconds of silence appended at the end of a session's input; default "
-    "0.3 (a session may ask for its own).",
+    "block_ms": "Feed block in ms (default: each message as it comes, cut at 100 ms).",
+    "tail_padding_s": "Silence in s appended at the end (default 0.3).",
 }
 
 
@@ -172,9 +169,8 @@ def check_port_and_workers(port: int, workers: int, rooms: RoomOptions) -> None:
 
 
 HostOpt = Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")]
-PortOpt = Annotated[int, typer.Option(help="TCP port; 0 picks a free one (printed on stderr).")]
-WorkersOpt = Annotated[int, typer.Option(
-    help="Server processes sharing the port, each with its own model.")]  # fmt: skip
+PortOpt = Annotated[int, typer.Option(help="TCP port; 0: any free one.")]
+WorkersOpt = Annotated[int, typer.Option(help="Server processes, each with a model.")]
 WyomingOpt = Annotated[str | None, typer.Option(
     help="Also serve Wyoming at tcp://HOST:PORT (no authentication: LAN only).")]  # fmt: skip
 
@@ -197,13 +193,8 @@ def serve_command(
 
     One engine and one batching scheduler behind every protocol: the WebSocket protocol
     (/ws), OpenAI's transcription API (/v1/audio/transcriptions, /v1/realtime), rooms, and
-    with --wyoming Home Assistant. The HTTP routes' schema is at /openapi.json.
-
-    Sessions default to live captions: each audio message fed as it comes (cut at
-    100 ms) and 0.3 s of tail padding. --block-ms (fixed blocks) and --tail-padding
-    change that, and each session may ask for its own. --punctuate and --sentence-case
-    finish every session's finals unless it asks otherwise. --wyoming also serves Home
-    Assistant's voice protocol on a second port, over the same engine.
+    with --wyoming Home Assistant. The HTTP routes' schema is at /openapi.json. Sessions
+    default to live captions; each may ask for its own settings (see docs/serve.md).
     """
     setup_logging(verbose)
     with cli_errors():
@@ -228,4 +219,5 @@ def register(app: typer.Typer) -> None:
     ):
         command = with_settings(placeholder, settings, defaults, type(defaults).from_options)(
             command)  # fmt: skip
-    app.command("serve")(with_model_options(help_for=SERVE_HELP)(command))
+    app.command("serve")(with_model_options(help_for=SERVE_HELP, said_defaults=SERVE_HELP)(
+        command))  # fmt: skip

@@ -13,7 +13,9 @@ import ssl
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from streamasr.errors import StreamAsrError
 from streamasr.server.client_records import ServerError
+from streamasr.whole_file import MIB, read_whole
 
 #: Where a URL without a path goes: the server's WebSocket route.
 WS_PATH = "/ws"
@@ -22,6 +24,10 @@ WS_PATH = "/ws"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 #: The variable the token comes from on the command line.
 TOKEN_VARIABLE = "STREAMASR_TOKEN"
+#: A CA bundle is a few hundred kB (the system's, certifi's); a file far larger is not one.
+MAX_CAFILE_BYTES = 16 * MIB
+#: What to give --cafile (or `cafile=`), said by each of its errors.
+CAFILE_FIX = "give the server's own certificate (serve --certfile) or its CA's, PEM or DER"
 
 
 def with_ws_path(url: str) -> str:
@@ -46,7 +52,7 @@ def open_connection(
     headers = {"Authorization": f"Bearer {token}"} if token else None
     tls: dict[str, Any] = {}
     if cafile is not None and target.startswith("wss:"):
-        tls["ssl"] = _context(cafile)
+        tls["ssl"] = trusting(cafile)
     try:
         connection = ws_connect(target, additional_headers=headers, open_timeout=open_timeout_s,
                                 compression=None, max_size=MAX_MESSAGE_BYTES, **tls)  # fmt: skip
@@ -57,27 +63,45 @@ def open_connection(
             f"{url!r} is not a WebSocket URL; give ws://HOST:PORT{WS_PATH} (or wss://)"
         ) from None
     except (OSError, TimeoutError, InvalidHandshake) as exc:
-        why = connect_failure(target, exc, token)
+        why = connect_failure(target, exc, token, cafile)
         raise ServerError(f"cannot connect to {url}: {why}") from None
 
 
-def _context(cafile: str) -> ssl.SSLContext:
-    try:
-        return ssl.create_default_context(cafile=cafile)
-    except (OSError, ssl.SSLError) as exc:
-        why = f"cannot load it as PEM certificates ({exc})"
-        raise ServerError(f"cafile {cafile}: {why}") from None
+def trusting(
+    cafile: str, what: str = "cafile", error: type[StreamAsrError] = ServerError
+) -> ssl.SSLContext:
+    """A client TLS context that trusts the certificates in `cafile` (a CA's, or a
+    self-signed server's own; PEM, or one DER certificate) in place of the system's, as
+    curl's --cacert does; else `error`, one line naming `what` and the fix. Why: a folder, a
+    key file or an empty file given here otherwise surfaces as an OSError or a server that
+    "is not trusted", which says nothing of the file."""
+    data = read_whole(cafile, what, MAX_CAFILE_BYTES, CAFILE_FIX, error)
+    pem = b"-----BEGIN" in data
+    context = None
+    if data.strip():  # empty cadata would load the system's CAs instead
+        try:
+            context = ssl.create_default_context(cadata=data.decode("latin-1") if pem else data)
+        except (ssl.SSLError, ValueError):
+            pass
+    if context is None or not context.cert_store_stats()["x509"]:
+        raise error(f"{what} {cafile} holds no certificate; {CAFILE_FIX}")
+    return context
 
 
-def connect_failure(url: str, exc: BaseException, token: str | None) -> str:
+def connect_failure(
+    url: str, exc: BaseException, token: str | None, cafile: str | None = None
+) -> str:
     """What went wrong opening `url`, and what to change."""
     from websockets.exceptions import InvalidMessage, InvalidStatus
 
     parts = urlsplit(url)
     place = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'wss' else 80)}"
     if isinstance(exc, ssl.SSLCertVerificationError):
+        if cafile is not None:
+            return (f"the server's TLS certificate is not signed by {cafile} "
+                    f"({exc.verify_message}); {CAFILE_FIX}")  # fmt: skip
         return (f"the server's TLS certificate is not trusted ({exc.verify_message}); if "
-                "it is self-signed, trust it: SSL_CERT_FILE=CERT.pem streamasr ...")
+                "it is self-signed, trust it: --cafile CERT.pem (or SSL_CERT_FILE=CERT.pem)")
     if isinstance(exc, ssl.SSLError) or (parts.scheme == "wss" and _eof(exc)):
         return f"{place} does not speak TLS; use ws:// instead of wss://"
     if isinstance(exc, InvalidStatus):

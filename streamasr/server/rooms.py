@@ -87,20 +87,20 @@ class RoomOptions:
 #: RoomOptions'.
 ROOM_SETTINGS = (
     Setting("max_viewers", "--max-viewers",
-            "Viewers of one room at most (/rooms/NAME); more are refused.", (1, 100_000)),
+            "Viewers per room (/rooms/NAME).", (1, 100_000)),
     Setting("history_finals", "--room-history",
-            "Finals a room keeps for late viewers (30 minutes' worth at most).", (1, 100_000)),
+            "Finals kept for late viewers.", (1, 100_000)),
     Setting("publish_token", "--publish-token-file",
-            "File holding the token to publish to a room; none: anyone may.", type=str | None),
+            "Token file to publish to a room (none: anyone).", type=str | None),
     Setting("view_token", "--view-token-file",
-            "File holding the token viewers send (?token=); none: open.", type=str | None),
+            "Token file viewers send (?token=); none: open.", type=str | None),
     Setting("url", "--rooms",
-            "redis://HOST:PORT/DB: rooms shared by every worker and server using it.",
+            "redis://HOST:PORT/DB: rooms every worker shares.",
             type=str | None),
     Setting("max_rooms", "--max-rooms",
-            "Rooms at most (in that Redis with --rooms); more are refused (1013).", (1, 1_000_000)),
+            "Rooms at most (else 1013).", (1, 1_000_000)),
     Setting("max_readers", "--max-readers",
-            "Viewers of all rooms per server process; more are refused (4429).", (1, 1_000_000)),
+            "Viewers per process (else 4429).", (1, 1_000_000)),
 )  # fmt: skip
 
 

@@ -46,7 +46,7 @@ RULE_OPTIONS: tuple[RuleOption, ...] = (
         "rule2_s", "--rule2",
         "Silence in s that ends an utterance after its text.",
     ),
-    RuleOption("rule3_s", "--rule3", "Longest utterance in s before it is cut."),
+    RuleOption("rule3_s", "--rule3", "Longest utterance (s) before a cut."),
 )  # fmt: skip
 
 

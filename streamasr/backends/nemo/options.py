@@ -37,19 +37,19 @@ def att_context_size(given: Any) -> tuple[int, int]:
 OPTIONS = (
     EngineOption(
         "att_context_size",
-        "Trained look-ahead L,R (70,1: 160 ms chunk); default the model's first.",
+        "Trained look-ahead L,R (e.g. 70,1).",
         att_context_size, sweep="/", label="att", record="att_context_sizes", kind="latency",
         about="is for NeMo models",
         example="L,R (chunk R+1 frames of 80 ms)", metavar="L,R",
     ),
     EngineOption(
-        "decoder", "rnnt or ctc: the hybrid model's head that decodes.",
+        "decoder", "Hybrid model's head: rnnt or ctc.",
         one_of("--decoder", DECODERS), kind="head",
         about="chooses a head of a hybrid NeMo model",
     ),
     EngineOption(
         "trust_model_config",
-        "Load a .nemo naming classes outside streamasr's list: runs its code.",
+        "Load unknown .nemo classes: runs code.",
         switch, default=False, switch=True, kind="trust", about="is for NeMo .nemo files",
     ),
 )

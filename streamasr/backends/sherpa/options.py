@@ -34,7 +34,7 @@ OPTIONS = (
         example="(e.g. --chunk 16 = 320 ms)", metavar="FRAMES",
     ),
     EngineOption(
-        "fp32", "Use fp32 ONNX files even if int8 exist.", switch, default=False, switch=True,
+        "fp32", "fp32 files even if int8 exist.", switch, default=False, switch=True,
         kind="precision", about="chooses the fp32 files of a sherpa-onnx export",
     ),
     EngineOption(
