@@ -12,9 +12,11 @@ import json
 import os
 import pty
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -154,7 +156,14 @@ def test_a_terminal_user_on_the_demo_model_is_told_how_to_get_a_real_one(tmp_pat
 def test_the_demo_model_hint_wraps_between_words_at_80_columns(tmp_path: Path) -> None:
     """Rich wraps it at the terminal's width, between words; left to the terminal, a line
     longer than the screen broke inside words ("stream / asr")."""
-    screen = stderr_on_a_terminal(tmp_path, columns=80)
+    # a folder whose config path fits on one line (pytest's own folders under xdist can be
+    # longer than 80 characters, which no wrapping can keep whole)
+    short = Path(tempfile.mkdtemp(prefix="cfg"))
+    try:
+        screen = stderr_on_a_terminal(short, columns=80)
+    finally:
+        shutil.rmtree(short)
+    tmp_path = short
     found = re.search(re.escape(DEMO_HINT) + r".*?hides\s+this\)", screen, re.DOTALL)
     assert found, screen
     hint = found.group(0)

@@ -39,7 +39,7 @@ def test_the_pipx_line_injects_what_the_extra_declares() -> None:
     # the packages come from the installed metadata, i.e. from pyproject.toml's extras
     assert [name.split(">")[0] for name in extra_requirements("serve")] == [
         "websockets", "prometheus-client", "onnx", "fastapi", "uvicorn", "httptools",
-        "sse-starlette", "python-multipart", "wyoming", "redis",
+        "sse-starlette", "python-multipart", "wyoming", "redis", "uvloop",
     ]
     assert install_hint(packages=("sounddevice",)) == (
         "pip install sounddevice (with pipx: pipx inject streamasr sounddevice)"

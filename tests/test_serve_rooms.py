@@ -396,6 +396,9 @@ def test_a_new_publisher_takes_over_from_one_still_connected(server: ServerProce
         async with connect(server.url, additional_headers=headers) as holder:
             _, rate = pcm(clip(2))
             await holder.send(json.dumps({"sample_rate": rate, "source": "held", "room": "over"}))
+            # the holder is the room's speaker before the new one comes (on a loaded machine
+            # its config could otherwise be read after the new speaker's)
+            await ws_view(feed(server, "over"), lambda r: r.get("publisher") is True)
             taken = await publish_clip(server, "over", clip(1))
             try:
                 while True:
