@@ -34,7 +34,7 @@ features): what the whole server spends per unit of engine work.
 
 Writes one JSON record (`--out`: CPU model, load averages, versions, commands, both runs'
 serve_load results, bucket counts, the top stacks of "other") and prints a markdown table.
-`--classify RAW` only sorts an existing raw profile and prints its buckets.
+`--classify RAW` only sorts a kept raw profile (`--raw-dir`) and prints its buckets.
 """
 
 from __future__ import annotations
@@ -292,16 +292,18 @@ def machine_jiffies() -> tuple[int, int]:
 
 
 async def measured_run(target: serve_load.Target, clients: int, duration_s: float,
-                       onset: dict[str, float], spy: list[str] | None) -> dict[str, Any]:
-    """serve_load's paced run; with `spy` (a py-spy command) started `lead` seconds in.
-    Adds the machine's busy cores and the load generator's and py-spy's own CPU seconds."""
+                       onset: dict[str, float],
+                       spy: tuple[float, list[str]] | None) -> dict[str, Any]:
+    """serve_load's paced run; with `spy` (seconds, a py-spy command) py-spy starts that
+    many seconds in. Adds the machine's busy cores and the load generator's and py-spy's
+    own CPU seconds."""
     busy_before, all_before = machine_jiffies()
     own_before = time.process_time()
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     run = asyncio.create_task(serve_load.paced_run(target, clients, duration_s, onset))
     spied: dict[str, Any] = {}
     if spy is not None:
-        lead_s, command = float(spy[0]), spy[1:]
+        lead_s, command = spy
         await asyncio.sleep(lead_s)
         spied["load_1min_at_start"] = round(os.getloadavg()[0], 2)
         process = await asyncio.create_subprocess_exec(
@@ -359,14 +361,15 @@ async def profile_server(server: Server, args: argparse.Namespace, onset: dict[s
         print(json.dumps({"plain": server.name, "cpu": plain["server_cpu_per_audio_s"],
                           "load": plain["load_1min"]}), file=sys.stderr, flush=True)
         lead_s = max(2.5, (args.duration_s - args.profile_s) / 2)
-        spy = [str(lead_s), "py-spy", "record", "--native", "--format", "raw",
+        spy = ["py-spy", "record", "--native", "--format", "raw",
                "-r", str(args.rate), "-d", str(args.profile_s), "--pid", str(pid),
                "-o", str(raw), *(["--subprocesses"] if server.subprocesses else [])]
-        profiled = await measured_run(target, args.clients, args.duration_s, onset, spy)
+        profiled = await measured_run(target, args.clients, args.duration_s, onset,
+                                      (lead_s, spy))
         print(json.dumps({"profiled": server.name, "cpu": profiled["server_cpu_per_audio_s"],
                           "load": profiled["load_1min"]}), file=sys.stderr, flush=True)
     return {"command": shown(server.command), "plain": plain, "profiled": profiled,
-            "py_spy_command": shown(spy[1:]).replace(str(raw), raw.name),
+            "py_spy_command": shown(spy),
             "profile": classify(raw, rules).record() if raw.is_file() else None}
 
 
@@ -462,7 +465,8 @@ def main() -> None:
                         help="keep the raw py-spy profiles here (default: a temporary folder)")
     parser.add_argument("--out", type=Path, default=Path("serve_profile.json"))
     parser.add_argument("--classify", type=Path, default=None, metavar="RAW",
-                        help="only sort this raw profile into buckets and print them")
+                        help="only sort this raw profile into buckets and print them (with "
+                             "--sherpa-onnx for a profile of sherpa-onnx's server)")
     args = parser.parse_args()
     if args.classify is not None:
         rules = {}
