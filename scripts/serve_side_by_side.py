@@ -42,6 +42,7 @@ transducer folder (e.g. build/full/full-random-en) the same way.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -52,6 +53,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
 from io import BytesIO
 from pathlib import Path
 
@@ -129,10 +131,11 @@ def wait_port(port: int, process: subprocess.Popen[bytes], name: str) -> None:
     raise SystemExit(f"{name} did not listen within {START_LIMIT_S:g} s")
 
 
-def run_servers(commands: dict[str, list[str]], cwds: dict[str, Path], ports: dict[str, int],
-                load_args: list[str]) -> dict:
-    """Start the servers, run serve_load against them (`load_args`: ladder, duration,
-    repeats, ...), stop them; serve_load's result."""
+@contextlib.contextmanager
+def started(commands: dict[str, list[str]], cwds: dict[str, Path],
+            ports: dict[str, int]) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    """The servers of `commands`, each listening on its port; stopped (SIGTERM, then killed
+    after 60 s) when the block ends."""
     processes: dict[str, subprocess.Popen[bytes]] = {}
     try:
         for name, command in commands.items():
@@ -141,15 +144,7 @@ def run_servers(commands: dict[str, list[str]], cwds: dict[str, Path], ports: di
                                                stderr=subprocess.DEVNULL)
         for name, process in processes.items():
             wait_port(ports[name], process, name)
-        targets = []
-        for name, process in processes.items():
-            sherpa = name.startswith("sherpa-onnx")
-            protocol, path = ("sherpa", "") if sherpa else ("streamasr", "/ws")
-            targets += ["--target",
-                        f"{protocol},{name},{process.pid},ws://127.0.0.1:{ports[name]}{path}"]
-        load = [sys.executable, str(REPO / "scripts" / "serve_load.py"), *load_args, *targets]
-        done = subprocess.run(load, cwd=REPO, check=True, capture_output=True, text=True)
-        return dict(json.loads(done.stdout))
+        yield processes
     finally:
         for process in processes.values():
             if process.poll() is None:
@@ -159,6 +154,47 @@ def run_servers(commands: dict[str, list[str]], cwds: dict[str, Path], ports: di
                 process.wait(60)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def run_servers(commands: dict[str, list[str]], cwds: dict[str, Path], ports: dict[str, int],
+                load_args: list[str]) -> dict:
+    """Start the servers, run serve_load against them (`load_args`: ladder, duration,
+    repeats, ...), stop them; serve_load's result."""
+    with started(commands, cwds, ports) as processes:
+        targets = []
+        for name, process in processes.items():
+            sherpa = name.startswith("sherpa-onnx")
+            protocol, path = ("sherpa", "") if sherpa else ("streamasr", "/ws")
+            targets += ["--target",
+                        f"{protocol},{name},{process.pid},ws://127.0.0.1:{ports[name]}{path}"]
+        load = [sys.executable, str(REPO / "scripts" / "serve_load.py"), *load_args, *targets]
+        done = subprocess.run(load, cwd=REPO, check=True, capture_output=True, text=True)
+        return dict(json.loads(done.stdout))
+
+
+def serve_command(model: Path, threads: int, workers: int) -> list[str]:
+    """`streamasr serve` with the engine settings both servers get (add --port)."""
+    return [sys.executable, "-m", "streamasr", "serve", "--model", str(model), "--chunk", "16",
+            "--threads", str(threads), "--max-batch", str(ENGINE["max_batch"]),
+            "--max-wait-ms", str(ENGINE["max_wait_ms"]), "--max-connections", MAX_CONNECTIONS,
+            "--workers", str(workers)]
+
+
+def sherpa_command(files: dict[str, Path], port: int, threads: int) -> list[str]:
+    """sherpa-onnx's streaming_server.py (run in the folder extract_sherpa_server filled)
+    with the same engine settings and model files (add --nn-pool-size)."""
+    return [sys.executable, "streaming_server.py", "--port", str(port),
+            "--num-threads", str(threads), "--max-batch-size", str(ENGINE["max_batch"]),
+            "--max-wait-ms", str(ENGINE["max_wait_ms"]),
+            "--max-active-connections", MAX_CONNECTIONS, "--doc-root", "web",
+            "--tokens", str(files["tokens"]), "--encoder", str(files["encoder"]),
+            "--decoder", str(files["decoder"]), "--joiner", str(files["joiner"])]
+
+
+def shown(command: list[str]) -> str:
+    """A command as the record shows it: absolute paths cut to their last part."""
+    return " ".join(re.sub(r"^.*/", "", part) if part.startswith("/") else part
+                    for part in command)
 
 
 def with_port(command: list[str], port: int, extra: list[str]) -> list[str]:
@@ -229,10 +265,7 @@ def main() -> None:
         names = [*served, *baseline, *(["streamasr-file"] if args.file_settings else []),
                  "sherpa-onnx"]
         ports = {name: free_port() for name in names}
-        serve = [sys.executable, "-m", "streamasr", "serve", "--model", str(model), "--chunk", "16",
-                 "--threads", str(args.threads), "--max-batch", str(ENGINE["max_batch"]),
-                 "--max-wait-ms", str(ENGINE["max_wait_ms"]), "--max-connections", MAX_CONNECTIONS,
-                 "--workers", str(args.workers)]
+        serve = serve_command(model, args.threads, args.workers)
         commands = {
             **{name: [*serve, "--port", str(ports[name]), "--schedule", schedule]
                for name, schedule in served.items()},
@@ -241,15 +274,8 @@ def main() -> None:
             "streamasr-file": [*serve, "--port", str(ports["streamasr-file"]),
                                "--block-ms", "320", "--tail-padding", "0.66"]
             if args.file_settings else [],
-            "sherpa-onnx": [
-                sys.executable, "streaming_server.py", "--port", str(ports["sherpa-onnx"]),
-                "--num-threads", str(args.sherpa_threads or args.threads),
-                "--max-batch-size", str(ENGINE["max_batch"]),
-                "--max-wait-ms", str(ENGINE["max_wait_ms"]),
-                "--max-active-connections", MAX_CONNECTIONS, "--doc-root", "web",
-                "--tokens", str(files["tokens"]), "--encoder", str(files["encoder"]),
-                "--decoder", str(files["decoder"]), "--joiner", str(files["joiner"]),
-            ],
+            "sherpa-onnx": sherpa_command(files, ports["sherpa-onnx"],
+                                          args.sherpa_threads or args.threads),
         }
         commands = {name: command for name, command in commands.items() if command}
         cwds = {"sherpa-onnx": Path(tmp), "streamasr-baseline": args.baseline or REPO}
@@ -279,9 +305,7 @@ def main() -> None:
                              "prepass_runs": prepass["runs"] if prepass else None}
     result["sherpa_onnx_commit"] = commit
     result["model"] = {part: path.name for part, path in files.items()}
-    result["commands"] = {name: " ".join(re.sub(r"^.*/", "", part) if part.startswith("/")
-                                         else part for part in command)
-                          for name, command in commands.items()}
+    result["commands"] = {name: shown(command) for name, command in commands.items()}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{'N':>4} {'server':18} {'ft p50':>7} {'ft p99':>7} {'fin p50':>7} {'fin p99':>7} "
           f"{'sess':>4} {'fail':>4} {'cpu/s':>6} load")
