@@ -192,19 +192,22 @@ def _row(record: dict[str, Any], now: float) -> tuple:
 
 async def view_all(
     ports: list[int], offset: int, count: int, sse_share: float, connected: Any
-) -> list[dict]:
+) -> tuple[list[dict], float]:
     """`count` readers of the room until its publisher leaves, reader i on port
-    ports[(offset + i) % len(ports)]; per reader what came when."""
+    ports[(offset + i) % len(ports)]; per reader what came when, and this process's CPU
+    seconds from the moment all had connected."""
     from websockets.asyncio.client import connect
 
     gate = asyncio.Semaphore(CONNECT_AT_ONCE)
     opened = 0
+    cpu_start: list[float] = []
 
     def arrived() -> None:
         nonlocal opened
         opened += 1
         if opened == count:
             connected.set()
+            cpu_start.append(time.process_time())
 
     async def ws_viewer(port: int) -> dict:
         got: list[tuple] = []
@@ -258,7 +261,8 @@ async def view_all(
         (sse_viewer if i < sse else ws_viewer)(ports[(offset + i) % len(ports)])
         for i in range(count)
     ]
-    return list(await asyncio.gather(*tasks))
+    readers = list(await asyncio.gather(*tasks))
+    return readers, time.process_time() - cpu_start[0]
 
 
 def viewer_process(
@@ -342,7 +346,8 @@ def measure(
     seen = asyncio.run(publish(ports[0], args.duration_s, ready, "room"))
     cpu2 = cpu()
     redis_after = redis.info("memory") if redis is not None else {}
-    readers = [row for _ in children for row in out.get(timeout=180)]
+    reported = [out.get(timeout=180) for _ in children]
+    readers = [row for rows, _ in reported for row in rows]
     for child in children:
         child.join(30)
     minutes = args.duration_s / 60
@@ -366,6 +371,7 @@ def measure(
         "talk_s": args.duration_s,
         **deliveries(seen, readers),
         "server_processes": processes,
+        "client_cpu_s": round(sum(cpu for _, cpu in reported), 2),
     }
     if redis is not None and redis_pid is not None:
         base, run = cpu1[redis_pid] - cpu0[redis_pid], cpu2[redis_pid] - state["cpu"][redis_pid]
@@ -383,6 +389,8 @@ def deliveries(seen: dict[tuple, float], readers: list[dict]) -> dict[str, Any]:
     """Lags from the server's clock; what each reader lost, got twice or out of order."""
     final_lags: list[float] = []
     partial_lags: list[float] = []
+    by_reader: dict[str, list[float]] = {}  # finals' lag per feed and server
+    first: dict[tuple, float] = {}  # per event, the first reader's lag
     lost = repeated = reordered = readers_lost = closed = 0
     for reader in readers:
         closed += reader["closed"] is not None
@@ -393,9 +401,14 @@ def deliveries(seen: dict[tuple, float], readers: list[dict]) -> dict[str, Any]:
         missing = sum(key not in got for key in seen)
         lost += missing
         readers_lost += missing > 0
+        group = by_reader.setdefault(f"{reader['kind']} on port {reader['port']}", [])
         for source, seq, kind, _, at, stamp in reader["events"]:
-            if (source, seq, kind) in seen and stamp is not None:
+            key = (source, seq, kind)
+            if key in seen and stamp is not None:
                 (final_lags if kind == "final" else partial_lags).append(at - stamp)
+                first[key] = min(first.get(key, at - stamp), at - stamp)
+                if kind == "final":
+                    group.append(at - stamp)
     if not final_lags:
         raise SystemExit(f"no final carried {CLOCK_FIELD}: is the server older than the script?")
     return {
@@ -404,6 +417,8 @@ def deliveries(seen: dict[tuple, float], readers: list[dict]) -> dict[str, Any]:
         "deliveries": len(final_lags) + len(partial_lags),
         "final_lag_ms": _spread(final_lags),
         "partial_lag_ms": _spread(partial_lags),
+        "final_lag_ms_by_reader": {name: _spread(lags) for name, lags in sorted(by_reader.items())},
+        "first_reader_lag_ms": _spread(list(first.values())),
         "events_lost": lost, "events_repeated": repeated, "events_reordered": reordered,
         "readers_that_lost_events": readers_lost, "readers_closed_early": closed,
     }  # fmt: skip
