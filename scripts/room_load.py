@@ -20,11 +20,14 @@ CLOCK_MONOTONIC, the same in every process here). A reader's lag is its receipt 
 clock minus that reading: through Redis, the publisher's server, Redis, the reader's
 server and the reader's own process, whose scheduling delays on a loaded machine show.
 
-Per run: lag of finals and of partials (p50/p90/p99/max); events lost, repeated and
+Per run: lag of finals and of partials (p50/p90/p99/max; finals also per feed and server,
+and per event the first reader's: the way to the fan-out); events lost, repeated and
 reordered (by room_seq) over all readers, and readers closed early; per server process its
-readers (its open connections), CPU seconds of the reader run beyond the baseline run (per
-reader per minute of talk), resident memory before and after the readers connected (per
-reader); Redis's CPU seconds and memory likewise. Prints one JSON object.
+readers (its open connections), CPU seconds of the reader run beyond the baseline (the
+talk's own, in the process holding the publisher) per reader per minute of talk, resident
+memory before and after the readers connected (per reader); Redis's CPU seconds and memory
+likewise; the reader processes' own CPU seconds (they share the machine's cores with the
+servers). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -312,8 +315,17 @@ def measure(
         return found
 
     ports = [server.port for server in servers]
+    state: dict[str, Any] = {}
+
+    def publisher_at() -> int:
+        """The server process holding the publisher's connection (--workers: any of them)."""
+        return next(pid for server, pid in pids if connections(pid, server.port))
+
+    def base_ready() -> None:
+        state["base_publisher"] = publisher_at()
+
     cpu0 = cpu()
-    asyncio.run(publish(ports[0], args.duration_s, lambda: None, "base"))
+    asyncio.run(publish(ports[0], args.duration_s, base_ready, "base"))
     cpu1 = cpu()
     rss_before = {pid: rss_kib(pid) for _, pid in pids}
     redis_before = redis.info("memory") if redis is not None else {}
@@ -322,10 +334,10 @@ def measure(
     shares = [viewers // args.procs + (i < viewers % args.procs) for i in range(args.procs)]
     events = [ctx.Event() for _ in shares]
     children: list[Any] = []
-    state: dict[str, Any] = {}
 
     def ready() -> None:
         state["held"] = {pid: connections(pid, server.port) for server, pid in pids}
+        state["publisher"] = publisher_at()
         offset = 0
         for share, event in zip(shares, events, strict=True):
             if share:
@@ -351,12 +363,19 @@ def measure(
     for child in children:
         child.join(30)
     minutes = args.duration_s / 60
+    # the baseline of a process: the talk's own CPU (the engine) where the publisher is now,
+    # else an idle process's (with --workers the publisher may reach another worker)
+    publishing_base = cpu1[state["base_publisher"]] - cpu0[state["base_publisher"]]
+    idle = [cpu1[pid] - cpu0[pid] for _, pid in pids if pid != state["base_publisher"]]
+    idle_base = sum(idle) / len(idle) if idle else 0.0
     processes = []
     for server, pid in pids:
         held = state["readers"][pid]
-        base, run = cpu1[pid] - cpu0[pid], cpu2[pid] - state["cpu"][pid]
+        base = publishing_base if pid == state["publisher"] else idle_base
+        run = cpu2[pid] - state["cpu"][pid]
         processes.append({
-            "port": server.port, "readers": held,
+            "port": server.port, "pid": pid, "readers": held,
+            "publisher": pid == state["publisher"],
             "cpu_s": {"baseline": round(base, 2), "with_readers": round(run, 2),
                       "per_reader_per_talk_minute_ms":
                           round(1000 * (run - base) / held / minutes, 2) if held else None},
