@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,11 +237,14 @@ async def view_all(
         async with gate:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(f"GET /rooms/{ROOM}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            status = (await reader.readline()).decode().strip()
             while (await reader.readline()).strip():
                 pass
         arrived()
         closed = None
-        while True:
+        if not status.endswith(" 200 OK"):  # refused: why
+            closed = f"{status}: {(await reader.read(300)).decode(errors='replace')}"
+        while closed is None:
             line = await reader.readline()
             if not line:
                 closed = "eof"
@@ -294,6 +298,9 @@ def run_layout(layout: Layout, viewers: int, args: argparse.Namespace) -> dict[s
                 server.process.wait(60)
             if redis is not None:
                 redis.stop()
+    if result["readers_closed_early"]:  # what the servers said, to stderr
+        for server in servers:
+            sys.stderr.write(f"-- server on port {server.port}:\n" + "".join(server.tail[-30:]))
     result["load_average_1_5_15"] = {
         "start": [round(x, 2) for x in load_start],
         "end": [round(x, 2) for x in os.getloadavg()],
@@ -411,8 +418,11 @@ def deliveries(seen: dict[tuple, float], readers: list[dict]) -> dict[str, Any]:
     by_reader: dict[str, list[float]] = {}  # finals' lag per feed and server
     first: dict[tuple, float] = {}  # per event, the first reader's lag
     lost = repeated = reordered = readers_lost = closed = 0
+    reasons: Counter[str] = Counter()
     for reader in readers:
-        closed += reader["closed"] is not None
+        if reader["closed"] is not None:
+            closed += 1
+            reasons[f"{reader['kind']}: {reader['closed'][:120]}"] += 1
         seqs = [row[3] for row in reader["events"]]
         repeated += len(seqs) - len(set(seqs))
         reordered += sum(b < a for a, b in zip(seqs, seqs[1:], strict=False))
@@ -440,6 +450,7 @@ def deliveries(seen: dict[tuple, float], readers: list[dict]) -> dict[str, Any]:
         "first_reader_lag_ms": _spread(list(first.values())),
         "events_lost": lost, "events_repeated": repeated, "events_reordered": reordered,
         "readers_that_lost_events": readers_lost, "readers_closed_early": closed,
+        "why_closed_early": dict(reasons.most_common(5)),
     }  # fmt: skip
 
 

@@ -297,6 +297,24 @@ def test_redis_restarted_mid_talk_the_room_continues(
     once_in_order(seen)
 
 
+def test_readers_arriving_together_all_get_in(
+    server_a: ServerProcess, server_b: ServerProcess
+) -> None:
+    """A talk's link shared: 300 readers joining one server at the same moment are all let
+    in, each with the kept finals, none turned away as if Redis were unreachable (joining
+    readers share the room's reads; a burst no longer asks for a connection each)."""
+    finals = published_finals(publish(server_a, "together", clip(0)))
+
+    async def arrive() -> list[tuple[int, Seen]]:
+        joining = [sse_view(server_b.port, "/rooms/together/events",
+                            lambda r: r["type"] == "status") for _ in range(300)]  # fmt: skip
+        return await asyncio.gather(*joining)
+
+    for status, seen in asyncio.run(arrive()):
+        assert status == 200, seen.reason
+        assert without_room(seen.finals) == finals and seen.events[-1]["publisher"] is False
+
+
 def test_hostile_names_never_become_keys(server_b: ServerProcess) -> None:
     """A name that would be a Redis key pattern or command is refused before Redis."""
     for name in ("a*", "a:b", "a%0d%0aFLUSHALL", "x" * 65):
