@@ -17,6 +17,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,7 +35,10 @@ from serve_fixture import (
     serve,
     wait_for,
 )
+from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidHandshake
+
+from streamasr.server.room_broker import CLOCK_FIELD, ROOM_CLOCK_ENV
 
 pytest.importorskip("redis")
 
@@ -313,6 +317,39 @@ def test_readers_arriving_together_all_get_in(
     for status, seen in asyncio.run(arrive()):
         assert status == 200, seen.reason
         assert without_room(seen.finals) == finals and seen.events[-1]["publisher"] is False
+
+
+def test_the_measurement_clock_reaches_readers_only_when_asked(
+    redis: RedisProcess, server_b: ServerProcess
+) -> None:
+    """STREAMASR_ROOM_CLOCK=1 on the publisher's server (scripts/room_load.py): each event
+    readers get, on any server, carries that server's monotonic clock from when the engine's
+    step handed it over: in order, and no later than the reader's receipt on the same clock.
+    The publisher's own events never carry it (nor, without the setting, do readers': the
+    other tests compare their events field by field)."""
+    with serve("--rooms", redis.url, env={ROOM_CLOCK_ENV: "1"}) as stamping:
+        publisher = publish(stamping, "clocked", clip(0))
+        assert wait_for(lambda: room_exists(server_b, "clocked"))
+
+        async def read() -> list[tuple[dict[str, Any], float]]:
+            got = []
+            async with connect(ws_url(server_b, "clocked")) as ws:
+                while True:
+                    record = json.loads(await ws.recv())
+                    got.append((record, time.monotonic()))
+                    if publisher_gone(record):
+                        return got
+
+        received = [(r, at) for r, at in asyncio.run(read()) if "room_seq" in r]
+        out, _ = publisher.communicate(timeout=120)
+    own = [json.loads(line) for line in out.splitlines()]
+    assert own and not any(CLOCK_FIELD in r for r in own)
+    stamps = [r[CLOCK_FIELD] for r, _ in received]
+    assert received and stamps == sorted(stamps)
+    assert all(r[CLOCK_FIELD] <= at for r, at in received)
+    finals = [{k: v for k, v in r.items() if k != CLOCK_FIELD} for r, _ in received
+              if r["type"] == "final"]  # fmt: skip
+    assert without_room(finals) == without_room([r for r in own if r["type"] == "final"])
 
 
 def test_hostile_names_never_become_keys(server_b: ServerProcess) -> None:
