@@ -6,20 +6,13 @@ other."""
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
-import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
+from haproxy_fixture import haproxy, metric, ready
 from serve_fixture import (
-    REPO,
     ServerProcess,
     clip,
     file_events,
-    http_get,
     pcm,
     read_until_summary,
     serve,
@@ -28,39 +21,6 @@ from serve_fixture import (
 )
 from websockets.asyncio.client import connect
 
-RECIPE = REPO / "scripts" / "deploy" / "haproxy.cfg"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextmanager
-def haproxy(a: ServerProcess, b: ServerProcess) -> Iterator[int]:
-    """The shipped recipe in front of `a` and `b`; yields the front port once both are up."""
-    binary = shutil.which("haproxy")
-    assert binary, "haproxy is not installed (scripts/test.sh installs the Debian package)"
-    port = free_port()
-    env = {**os.environ, "STREAMASR_FRONT": f"127.0.0.1:{port}",
-           "STREAMASR_A": f"127.0.0.1:{a.port}", "STREAMASR_B": f"127.0.0.1:{b.port}"}
-    process = subprocess.Popen([binary, "-db", "-f", str(RECIPE)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        assert wait_for(lambda: ready(f"http://127.0.0.1:{port}"), 60)
-        yield port
-    finally:
-        process.terminate()
-        process.wait(30)
-
-
-def metric(server: ServerProcess, name: str) -> float:
-    """One counter or gauge of one instance, read from its own /metrics."""
-    body = http_get(server.http + "/metrics")[1]
-    line = next(x for x in body.splitlines() if x.startswith(name + " "))
-    return float(line.split()[-1])
-
 
 def active(server: ServerProcess) -> float:
     return metric(server, "streamasr_active_sessions")
@@ -68,14 +28,6 @@ def active(server: ServerProcess) -> float:
 
 def accepted(server: ServerProcess) -> float:
     return metric(server, "streamasr_connections_total")
-
-
-def ready(base: str) -> bool:
-    """Whether `base`/readyz answers 200 (a closed listener is not ready)."""
-    try:
-        return http_get(base + "/readyz")[0] == 200
-    except OSError:
-        return False
 
 
 def finals(events: list[dict[str, Any]]) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,7 +27,7 @@ import numpy as np
 from streamasr.errors import StreamAsrError
 from streamasr.server import protocol
 from streamasr.server.protocol import ProtocolError, SessionConfig
-from streamasr.server.room_broker import PublishingSeam
+from streamasr.server.room_broker import CLOCK_FIELD, PublishingSeam
 from streamasr.server.rooms import NO_ROOMS
 from streamasr.server.utterance import Delivered, Utterance
 from streamasr.server.wire import Record, WireEncoder
@@ -122,15 +123,18 @@ class ClientSession:
         publishing, on_events, on_records = self.publishing, self.on_events, self.on_records
         encoder = WireEncoder(config) if publishing is not None or on_records else None
         room = None if config.room_source else config.room  # None: `source` as sent
+        rooms = self.server.rooms
+        stamped = publishing is not None and rooms is not None and rooms.options.clock_stamps
 
         def deliver(items: list[Delivered]) -> None:
+            left_s = time.monotonic() if stamped else None
             if encoder is None:
                 if on_events is not None:
                     on_events(items)
                 return
             records = encoder.records(items)
             if publishing is not None:
-                publishing.deliver(records if room is None else for_readers(records, room))
+                publishing.deliver(for_readers(records, room, left_s))
             if on_records is not None:
                 on_records(records)
             if on_events is not None:
@@ -268,7 +272,16 @@ class ClientSession:
             raise EngineFailed(self.failure)
 
 
-def for_readers(records: list[dict[str, Any]], room: str) -> list[dict[str, Any]]:
+def for_readers(
+    records: list[dict[str, Any]], room: str | None, left_s: float | None = None
+) -> list[dict[str, Any]]:
     """The records as a room's readers get them: `source` (the speaker's file path or
-    microphone, local names) is the room's name, unless the config says `room_source`."""
-    return [{**record, "source": room} if "source" in record else record for record in records]
+    microphone, local names) is the room's name, unless the config says `room_source`
+    (`room` None). `left_s`: the server's monotonic clock when the engine's step handed
+    them over, as `server_monotonic_s` (only with $STREAMASR_ROOM_CLOCK=1: load runs on one
+    machine measure readers' lag from it)."""
+    extra: dict[str, Any] = {} if left_s is None else {CLOCK_FIELD: round(left_s, 6)}
+    if room is None and not extra:
+        return records
+    return [{**record, **({"source": room} if room is not None and "source" in record else {}),
+             **extra} for record in records]  # fmt: skip

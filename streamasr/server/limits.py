@@ -22,6 +22,9 @@ TOKEN_ENV = "STREAMASR_TOKEN"
 #: The scope key under which a request's connection (its asyncio transport) is found, so a
 #: route can abort a connection whose reader stopped reading (server/web.py puts it there).
 TRANSPORT = "streamasr.transport"
+#: The scope key of a connection's `EncodedWriter` (server/web.py): a room writes each event,
+#: encoded once for all its readers, straight onto their connections.
+ENCODED_WRITER = "streamasr.encoded_writer"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,12 @@ from streamasr.server import protocol
 
 #: The environment variable that names the rooms' broker when --rooms is not given.
 ROOMS_URL_ENV = "STREAMASR_ROOMS_URL"
+#: Set to 1 (a measurement, off by default), each event readers get carries CLOCK_FIELD:
+#: the server's monotonic clock when the engine's step handed the event over. Readers on the
+#: same machine (scripts/room_load.py) measure their lag from it, whichever process served
+#: them and whether or not the event went through Redis.
+ROOM_CLOCK_ENV = "STREAMASR_ROOM_CLOCK"
+CLOCK_FIELD = "server_monotonic_s"
 
 
 class RoomMissing(Exception):

@@ -13,8 +13,13 @@ first and then every kept final. The view
 token (`--view-token-file`), when set, comes as `Authorization: Bearer` or `?token=`.
 
 A viewer is a bounded queue the room writes to without waiting (`QueuedViewer`); the feed's
-request drains it onto its connection (sse-starlette for SSE). Unsent bytes past the
-room's `viewer_buffer_bytes` mean a reader too slow for the room: it is dropped.
+request drains it onto its connection (sse-starlette for SSE): the kept finals and the
+status as the viewer joins. Once that queue is sent, the room's live events go straight
+onto the connection, each encoded once for all readers of a feed (a WebSocket frame, an SSE
+chunk: server/web.py's EncodedWriter), so a thousand readers cost one encoding and a
+thousand socket writes per event, not a thousand task switches and ASGI messages. Unsent
+bytes past the room's `viewer_buffer_bytes` (queued, or in the connection's write buffer)
+mean a reader too slow for the room: it is dropped.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request, WebSocket
@@ -34,7 +39,7 @@ from fastapi.responses import PlainTextResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from streamasr.server import protocol
-from streamasr.server.limits import TRANSPORT
+from streamasr.server.limits import ENCODED_WRITER, TRANSPORT
 from streamasr.server.room_broker import BrokerDown, RoomBroker, RoomFull, RoomMissing, Viewer
 from streamasr.server.room_transcripts import rendered
 from streamasr.server.rooms import (
@@ -49,6 +54,7 @@ from streamasr.server.rooms import (
 
 if TYPE_CHECKING:
     from streamasr.server.app import StreamServer
+    from streamasr.server.web import EncodedWriter
 
 log = logging.getLogger("streamasr")
 
@@ -129,18 +135,52 @@ async def join(
         ) from None
 
 
-class QueuedViewer:
-    """A viewer whose events wait in a bounded queue for its feed to send them."""
+class Encoding:
+    """The bytes of the event being fanned out, made once for every reader of one feed: the
+    room writes one line to each of its readers in turn, so the last line seen is the one
+    asked for again (compared by identity, not by value)."""
 
-    def __init__(self, limit: int, transport: asyncio.BaseTransport | None = None) -> None:
+    def __init__(self, payload: Callable[[int | None, str], bytes]) -> None:
+        self.payload = payload
+        self._line: str | None = None
+        self._seq: int | None = None
+        self._framing: object = None
+        self._data = b""
+
+    def of(self, seq: int | None, line: str, writer: EncodedWriter) -> bytes:
+        if line is not self._line or seq != self._seq or writer.frame is not self._framing:
+            self._data = writer.frame(self.payload(seq, line))
+            self._line, self._seq, self._framing = line, seq, writer.frame
+        return self._data
+
+
+WS_TEXT = Encoding(lambda seq, line: line.encode("utf-8"))
+SSE_EVENT = Encoding(
+    lambda seq, line: ServerSentEvent(data=line, id=None if seq is None else str(seq)).encode()
+)
+
+
+class QueuedViewer:
+    """A viewer whose events wait in a bounded queue for its feed to send them; once the
+    queue is sent, written straight onto its connection (the module's docstring)."""
+
+    def __init__(
+        self, limit: int, transport: asyncio.BaseTransport | None = None,
+        direct: tuple[EncodedWriter, Encoding] | None = None,
+    ) -> None:  # fmt: skip
         """`transport`: the connection, aborted when a closed viewer's feed has not sent
-        what it holds within CLOSE_FLUSH_S (a reader that stopped reading)."""
+        what it holds within CLOSE_FLUSH_S (a reader that stopped reading); `direct`: the
+        connection's writer and the feed's encoding, for the live events."""
         self.limit = limit
         self.queue: deque[tuple[int | None, str]] = deque()
         self.queued_bytes = 0
         self.last_seq = 0  # the last room_seq queued: one seen again is not sent again
         self.closing: tuple[int, str] | None = None
         self.transport = transport
+        self._direct = None
+        if direct is not None and isinstance(transport, asyncio.WriteTransport):
+            self._direct = (*direct, transport.get_write_buffer_size)
+        self.writing_direct = False  # the queue is sent: events go onto the connection
         self._wake = asyncio.Event()
 
     def write(self, seq: int | None, line: str) -> bool:
@@ -150,6 +190,11 @@ class QueuedViewer:
             if seq <= self.last_seq:
                 return True
             self.last_seq = seq
+        if self.writing_direct and self._direct is not None:
+            writer, encoding, unsent = self._direct
+            if not writer.write(encoding.of(seq, line, writer)):
+                return True  # the connection is closing: its feed ends and leaves the room
+            return unsent() <= self.limit
         self.queue.append((seq, line))
         self.queued_bytes += len(line)
         self._wake.set()
@@ -181,8 +226,16 @@ class QueuedViewer:
                 yield seq, line
             if self.closing is not None:
                 return
+            # what the feed sent of the queue is written (its sends are done): from here on
+            # the room's writes go straight onto the connection, after it
+            self.writing_direct = self._direct is not None
             self._wake.clear()
             await self._wake.wait()
+
+
+def _direct(scope: Any, encoding: Encoding) -> tuple[EncodedWriter, Encoding] | None:
+    writer = scope.get(ENCODED_WRITER)
+    return None if writer is None else (writer, encoding)
 
 
 def _server(scope_owner: Request | WebSocket) -> StreamServer:
@@ -209,7 +262,8 @@ async def sse_feed(request: Request, name: str) -> Response:
     try:
         rooms = find_broker(_server(request).rooms, name, _token(request))
         after = _after(request.url.query, request.headers.get("Last-Event-ID"))
-        viewer = QueuedViewer(rooms.options.viewer_buffer_bytes, request.scope.get(TRANSPORT))
+        viewer = QueuedViewer(rooms.options.viewer_buffer_bytes, request.scope.get(TRANSPORT),
+                              _direct(request.scope, SSE_EVENT))  # fmt: skip
         leave = await join(rooms, name, viewer, after, request.url.query)
     except FeedError as exc:
         return exc.response()
@@ -279,7 +333,8 @@ async def ws_feed(websocket: WebSocket, name: str) -> None:
             raise FeedError(503, protocol.CLOSE_GOING_AWAY, "server shutting down")
         rooms = find_broker(server.rooms, name, _token(websocket))
         after = _after(websocket.url.query, None)
-        viewer = QueuedViewer(rooms.options.viewer_buffer_bytes, websocket.scope.get(TRANSPORT))
+        viewer = QueuedViewer(rooms.options.viewer_buffer_bytes, websocket.scope.get(TRANSPORT),
+                              _direct(websocket.scope, WS_TEXT))  # fmt: skip
         leave = await join(rooms, name, viewer, after, websocket.url.query)
     except FeedError as exc:
         await websocket.close(exc.code, exc.reason)

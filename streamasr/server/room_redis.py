@@ -8,7 +8,10 @@ the in-process broker does. A joining viewer is first kept aside: what the reade
 meanwhile waits for it while the kept finals after its `after` are read from the `finals`
 stream; then the finals, the status and what waited are written, and a viewer never gets a
 room_seq twice (server/room_feeds.py QueuedViewer). So a reader that moves to another
-server with `?after=` (or Last-Event-ID) misses nothing and repeats nothing.
+server with `?after=` (or Last-Event-ID) misses nothing and repeats nothing. Viewers that
+join together share one read of the kept finals (`HistoryRead`), and commands share a
+bounded pool of connections a burst waits its turn for: a thousand readers arriving at
+once are a few reads, not a thousand connections (redis-py refuses past 100).
 
 Redis unreachable: viewers get a status with `"interrupted": true`; the reader retries and,
 once Redis answers, sends a fresh status and goes on from the last id it read.
@@ -21,6 +24,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from streamasr.server import protocol
@@ -47,6 +51,17 @@ log = logging.getLogger("streamasr")
 
 BLOCK_MS = 5000  # one XREAD's wait for new events
 POSITION_WAIT_S = 3.0  # a joining viewer's wait for the room's reader to find its place
+COMMAND_CONNECTIONS = 16  # Redis connections for commands (each room's reader has its own)
+
+
+@dataclass
+class HistoryRead:
+    """One read of a room's kept finals (after the smallest `after` asked for), with its
+    lease and last room_seq, for every viewer that joins before it is sent: a thousand
+    readers arriving at once cost a few reads, not a thousand (nor a thousand connections)."""
+
+    after: int
+    done: asyncio.Future[tuple[list[Any], bool, int]]
 
 
 class LocalRoom:
@@ -62,7 +77,8 @@ class LocalRoom:
         self.publisher = False
         self.interrupted = False
         self.positioned = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] | None = None  # its reader, once the room is found
+        self.next_read: HistoryRead | None = None  # the joining viewers' read, not yet sent
 
     def status(self, took_over: bool = False) -> str:
         return status_line(self.name, self.publisher, self.last_seq, self.interrupted,
@@ -111,11 +127,18 @@ class RedisRooms:
         if purpose not in self._clients:
             import redis.asyncio
 
-            timeout_s = BLOCK_MS / 1000 + 5 if purpose == "reader" else 2.0
-            self._clients[purpose] = redis.asyncio.Redis.from_url(
-                str(self.options.url), decode_responses=True, socket_connect_timeout=1.0,
-                socket_timeout=timeout_s, max_connections=None,
-            )  # fmt: skip
+            settings: dict[str, Any] = {"decode_responses": True, "socket_connect_timeout": 1.0}
+            if purpose == "reader":  # one blocking read at a time per room with viewers here
+                self._clients[purpose] = redis.asyncio.Redis.from_url(
+                    str(self.options.url), socket_timeout=BLOCK_MS / 1000 + 5,
+                    max_connections=self.options.max_rooms + 1, **settings,
+                )  # fmt: skip
+            else:  # a burst waits its turn for a connection, as long as a command may take
+                pool = redis.asyncio.BlockingConnectionPool.from_url(
+                    str(self.options.url), socket_timeout=2.0, timeout=2.0,
+                    max_connections=COMMAND_CONNECTIONS, **settings,
+                )  # fmt: skip
+                self._clients[purpose] = redis.asyncio.Redis.from_pool(pool)
         return self._clients[purpose]
 
     async def run(self, script: str, name: str, publisher: str, *args: Any) -> Any:
@@ -177,33 +200,27 @@ class RedisRooms:
         if room is not None and len(room.viewers) >= self.options.max_viewers:
             raise RoomFull(f"room {name} is full ({self.options.max_viewers} viewers, "
                            "--max-viewers); try again later")  # fmt: skip
-        keys = RoomKeys.of(name)
-        try:
-            if not await self.client().exists(keys.seq):
-                raise RoomMissing(name)
-        except self.unreachable:
-            raise BrokerDown() from None
         room = self._local(name)
         room.joining[viewer] = []
         try:
-            await asyncio.wait_for(room.positioned.wait(), POSITION_WAIT_S)
-            async with self.client().pipeline(transaction=False) as pipe:
-                pipe.xrange(keys.finals, f"{after + 1}-0", "+")
-                pipe.exists(keys.lease)
-                pipe.get(keys.seq)
-                kept, lease, seq = await pipe.execute()
+            kept, lease, seq = await asyncio.shield(self._history(room, after))
+        except RoomMissing:
+            room.joining.pop(viewer, None)
+            self._forget_if_idle(room)
+            raise
         except self.unreachable:
             room.joining.pop(viewer, None)
             self._forget_if_idle(room)
             raise BrokerDown() from None
         oldest_ms = (time.time() - self.options.history_s) * 1000
         for entry_id, fields in kept:
-            if float(fields.get("at", 0)) >= oldest_ms:
-                if not viewer.write(int(entry_id.split("-")[0]), fields["line"]):
+            kept_seq = int(entry_id.split("-")[0])
+            if kept_seq > after and float(fields.get("at", 0)) >= oldest_ms:
+                if not viewer.write(kept_seq, fields["line"]):
                     viewer.close(protocol.CLOSE_POLICY, "viewer too slow for the room's history")
                     break
-        room.publisher = bool(lease)
-        room.last_seq = max(room.last_seq, int(seq or 0))
+        room.publisher = lease
+        room.last_seq = max(room.last_seq, seq)
         waiting = room.joining.pop(viewer)
         if viewer.write(None, room.status()) and all(viewer.write(*e) for e in waiting):
             room.viewers.add(viewer)
@@ -213,11 +230,53 @@ class RedisRooms:
         room.viewers.discard(viewer)
         self._forget_if_idle(room)
 
+    def _history(self, room: LocalRoom, after: int) -> asyncio.Future[tuple[list[Any], bool, int]]:
+        """The room's kept finals after `after` (and maybe some before), whether a publisher
+        holds its lease, its last room_seq: the read that joining viewers share."""
+        read = room.next_read
+        if read is None:
+            loop = asyncio.get_running_loop()
+            read = room.next_read = HistoryRead(after, loop.create_future())
+            read.done.add_done_callback(lambda done: done.cancelled() or done.exception())
+            loop.create_task(self._read_history(room, read))
+        read.after = min(read.after, after)
+        return read.done
+
+    async def _read_history(self, room: LocalRoom, read: HistoryRead) -> None:
+        """Find the room (its reader starts then), wait for the reader's place in the room's
+        stream, then read: each joining viewer collects live events from that place on, so
+        what the read misses comes live and nothing falls between."""
+        keys = room.keys
+        try:
+            if room.task is None:
+                if not await self.client().exists(keys.seq):
+                    raise RoomMissing(room.name)
+                if room.task is None:
+                    room.task = asyncio.get_running_loop().create_task(self._read(room))
+            await asyncio.wait_for(room.positioned.wait(), POSITION_WAIT_S)
+            if room.next_read is read:
+                room.next_read = None  # viewers joining from now on share the next read
+            async with self.client().pipeline(transaction=False) as pipe:
+                pipe.xrange(keys.finals, f"{read.after + 1}-0", "+")
+                pipe.exists(keys.lease)
+                pipe.get(keys.seq)
+                kept, lease, seq = await pipe.execute()
+            if seq is None:  # the room expired meanwhile
+                raise RoomMissing(room.name)
+        except BaseException as exc:
+            if room.next_read is read:
+                room.next_read = None
+            if isinstance(exc, asyncio.CancelledError):
+                read.done.cancel()
+                raise
+            read.done.set_exception(exc)
+        else:
+            read.done.set_result((kept, bool(lease), int(seq)))
+
     def _local(self, name: str) -> LocalRoom:
         room = self.local.get(name)
         if room is None:
             room = self.local[name] = LocalRoom(name)
-            room.task = asyncio.get_running_loop().create_task(self._read(room))
             self._start_tidier()
         return room
 

@@ -22,6 +22,7 @@ import asyncio
 import hmac
 import json
 import logging
+import os
 import secrets
 import time
 from collections import deque
@@ -35,6 +36,7 @@ from streamasr.server import protocol
 from streamasr.server.limits import load_token
 from streamasr.server.protocol import ProtocolError
 from streamasr.server.room_broker import (
+    ROOM_CLOCK_ENV,
     RoomFull,
     RoomMissing,
     Viewer,
@@ -70,6 +72,7 @@ class RoomOptions:
     view_token: str | None = None  # None: viewing is open
     max_readers: int = 4000  # viewers of all rooms of this process together
     url: str | None = None  # the broker: None in-process, redis://HOST:PORT/DB in Redis
+    clock_stamps: bool = False  # events carry the server's clock ($STREAMASR_ROOM_CLOCK=1)
 
     @classmethod
     def from_options(cls, publish_token: str | None, view_token: str | None,
@@ -80,7 +83,8 @@ class RoomOptions:
             setting.check(limits.get(setting.field))
         publish = load_token(publish_token, "--publish-token-file") if publish_token else None
         view = load_token(view_token, "--view-token-file") if view_token else None
-        return cls(**limits, publish_token=publish, view_token=view, url=rooms_url(url))
+        return cls(**limits, publish_token=publish, view_token=view, url=rooms_url(url),
+                   clock_stamps=os.environ.get(ROOM_CLOCK_ENV) == "1")  # fmt: skip
 
 
 #: The rooms' settings on the command line (`streamasr serve`); the default shown is

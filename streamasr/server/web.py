@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from fastapi.responses import PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from streamasr.server import openai_realtime, openai_rest, room_feeds, ws_adapter
-from streamasr.server.limits import TRANSPORT, Security, ServerLimits
+from streamasr.server.limits import ENCODED_WRITER, TRANSPORT, Security, ServerLimits
 from streamasr.version import __version__
 
 if TYPE_CHECKING:
@@ -160,7 +161,22 @@ def _first_request_deadline(seconds: float) -> type[asyncio.Protocol]:
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            self.scope[TRANSPORT] = self.transport  # type: ignore[literal-required]
+            scope = self.scope
+            scope[TRANSPORT] = self.transport  # type: ignore[literal-required]
+            scope[ENCODED_WRITER] = EncodedWriter(  # type: ignore[literal-required]
+                http_chunk, lambda data: self._write_chunk(scope, data)
+            )
+
+        def _write_chunk(self, scope: Any, data: bytes) -> bool:
+            """Write one framed chunk of this request's chunked response body, as the
+            response's own sends do; False when that response is not (or no longer) open."""
+            cycle = self.cycle
+            if (cycle is None or cycle.scope is not scope or not cycle.response_started
+                    or not cycle.chunked_encoding or cycle.response_complete
+                    or cycle.disconnected or self.transport.is_closing()):  # fmt: skip
+                return False
+            self.transport.write(data)
+            return True
 
         def _first_request_due(self) -> None:
             transport = self.transport
@@ -177,12 +193,24 @@ def _abortable_websockets() -> type[asyncio.Protocol]:
     route can abort a connection whose reader stopped reading (a close would wait for the
     unsent bytes for ever)."""
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+    from websockets.protocol import State
 
     class Abortable(WebSocketsSansIOProtocol):
         def handle_connect(self, event: Any) -> None:
             super().handle_connect(event)
             if getattr(self, "scope", None) is not None:
                 self.scope[TRANSPORT] = self.transport  # type: ignore[literal-required]
+                self.scope[ENCODED_WRITER] = EncodedWriter(  # type: ignore[literal-required]
+                    ws_text_frame, self._write_frame
+                )
+
+        def _write_frame(self, data: bytes) -> bool:
+            """Write one whole text frame, as the route's sends do; False once the
+            connection is closing (a close sent or received)."""
+            if self.close_sent or self.conn.state is not State.OPEN or self.transport.is_closing():
+                return False
+            self.transport.write(data)
+            return True
 
         def send_receive_event_to_app(self) -> None:
             # uvicorn stops reading after every message and starts again once the route
@@ -200,6 +228,32 @@ def _abortable_websockets() -> type[asyncio.Protocol]:
                 self.read_paused = False
 
     return Abortable
+
+
+@dataclass(frozen=True)
+class EncodedWriter:
+    """Writes bytes encoded once for many connections of one kind straight onto this one:
+    a room's event goes to a thousand readers as one encoding and a thousand writes, without
+    a task switch, an ASGI message and a framing per reader. `frame` makes a payload this
+    kind of connection's unit on the wire (a pure function: one result serves every
+    connection of the kind); `write` sends such a unit, False when the connection no longer
+    takes it. Only once the route's own sends are done (nothing of theirs half-written)."""
+
+    frame: Callable[[bytes], bytes]
+    write: Callable[[bytes], bool]
+
+
+def ws_text_frame(payload: bytes) -> bytes:
+    """An unmasked, unfragmented WebSocket text frame (a server's; no extension is on:
+    --ws-per-message-deflate is off), as the websockets library serializes it."""
+    from websockets.frames import Frame, Opcode
+
+    return Frame(Opcode.TEXT, payload).serialize(mask=False, extensions=[])
+
+
+def http_chunk(payload: bytes) -> bytes:
+    """One chunk of a chunked HTTP/1.1 response body, as uvicorn frames it."""
+    return b"%x\r\n%b\r\n" % (len(payload), payload)
 
 
 class _Server(uvicorn.Server):
