@@ -275,7 +275,13 @@ async def view_all(
 def viewer_process(
     ports: list[int], offset: int, count: int, sse_share: float, connected: Any, out: Any
 ) -> None:
-    out.put(asyncio.run(view_all(ports, offset, count, sse_share, connected)))
+    # the readers run on uvloop where it is installed (the serve extra): the load generator's
+    # own CPU shares the machine's cores with the servers it measures
+    try:
+        from uvloop import run
+    except ImportError:
+        run = asyncio.run
+    out.put(run(view_all(ports, offset, count, sse_share, connected)))
 
 
 def run_layout(layout: Layout, viewers: int, args: argparse.Namespace) -> dict[str, Any]:

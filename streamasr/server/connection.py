@@ -61,7 +61,10 @@ class Connection:
         self._receiving: asyncio.Task[Any] | None = None
         self._interrupted = False  # that wait was cancelled by a stop or its deadline
         self._deadline = 0.0
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
+        # when that timer fires: kept here, as uvloop hands out a plain Handle (no when())
+        # for a time that is due at once
+        self._timer_at = 0.0
         # the wire-free part: utterances, room publishing (server/client_session.py)
         self.session = ClientSession(
             server, on_records=self.deliver_records, on_stop=self.request_stop
@@ -95,10 +98,14 @@ class Connection:
         timer, self._timer = self._timer, None
         if self._receiving is None:
             return  # not waiting for a message: the next _receive sets the timer
-        if timer is not None and self._deadline > timer.when():
-            self._timer = asyncio.get_running_loop().call_at(self._deadline, self._on_deadline)
+        if timer is not None and self._deadline > self._timer_at:
+            self._arm(self._deadline)
         else:
             self._interrupt()
+
+    def _arm(self, deadline: float) -> None:
+        self._timer_at = deadline
+        self._timer = asyncio.get_running_loop().call_at(deadline, self._on_deadline)
 
     def deliver_records(self, records: list[Record]) -> None:
         """The open utterance's wire records (its room has them too): a line each."""
@@ -223,10 +230,10 @@ class Connection:
         if self.stop_requested is not None:
             wait_s = 0.0  # stopping: a message already here is still read, none waited for
         self._deadline = deadline = loop.time() + wait_s
-        if self._timer is None or self._timer.when() > deadline:
+        if self._timer is None or self._timer_at > deadline:
             if self._timer is not None:
                 self._timer.cancel()
-            self._timer = loop.call_at(deadline, self._on_deadline)
+            self._arm(deadline)
         task = asyncio.current_task()
         self._receiving = task
         try:
