@@ -13,6 +13,7 @@ from typing import Any
 
 from hypothesis import event
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 
 #: An error message is a line, not a dump of the input.
 MAX_MESSAGE_CHARS = 600
@@ -84,7 +85,7 @@ BROKEN_JSON = st.one_of(
 def assert_clear(error: BaseException) -> None:
     """One clear line: not empty, no traceback, bounded whatever the input's size. (Counted
     as a refusal in the run's statistics: --hypothesis-show-statistics.)"""
-    event("refused")
+    _count("refused")
     message = str(error)
     assert message.strip(), f"{type(error).__name__} without a message"
     assert len(message) <= MAX_MESSAGE_CHARS, f"a {len(message)}-character message: {message[:200]}"
@@ -94,4 +95,9 @@ def assert_clear(error: BaseException) -> None:
 def accepted() -> None:
     """Counts an input the parser took (the statistics say how many reached the checks of a
     correct result)."""
-    event("accepted")
+    _count("accepted")
+
+
+def _count(label: str) -> None:
+    if currently_in_test_context():  # helpers are also used by plain tests
+        event(label)

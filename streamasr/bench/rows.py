@@ -35,3 +35,12 @@ class BadRow:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.reason}"
+
+
+def is_file(path: Path) -> bool:
+    """`path.is_file()` for a path a row names: False, not OSError, for a name longer than
+    the system allows (pathlib raises ENAMETOOLONG; the row then counts as missing audio)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False

@@ -12,7 +12,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamasr.bench.rows import AUDIO_SUFFIXES, BadRow, Utterance
+from streamasr.bench.rows import AUDIO_SUFFIXES, BadRow, Utterance, is_file
 from streamasr.errors import DatasetError
 
 TABLE_SUFFIXES = (".tsv", ".csv")
@@ -66,10 +66,10 @@ def _check_is_header(header: list[str], path: Path, delimiter: str) -> None:
 def _audio_path(folder: Path, value: str) -> Path:
     """Relative to the table's folder, or to its clips/ folder (Common Voice)."""
     candidate = (folder / value).expanduser()
-    if candidate.is_file():
+    if is_file(candidate):
         return candidate
     clips = folder / "clips" / value
-    return clips if clips.is_file() else candidate
+    return clips if is_file(clips) else candidate
 
 
 def read_table(path: Path, columns: TableColumns = TableColumns()) -> tuple[
