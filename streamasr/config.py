@@ -70,6 +70,11 @@ def _read_file(path: Path) -> dict[str, object]:
         data = tomllib.loads(data_bytes.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"config {path}: not valid TOML ({exc}); fix or remove it") from None
+    except RecursionError:  # the reader recurses per `[` or `{`
+        raise UsageError(
+            f"config {path}: not valid TOML (arrays or tables nested thousands deep); fix or "
+            "remove it"
+        ) from None
     for key, value in data.items():
         if key not in KEYS:
             raise UsageError(
