@@ -9,10 +9,13 @@ the official `openai` package's types (openai/types/realtime, openai/types/beta/
 
 from __future__ import annotations
 
-import json
+import base64
+import binascii
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from streamasr.backends.base import EndpointOptions
 from streamasr.server import protocol
@@ -347,7 +350,7 @@ def parse_event(message: str | bytes) -> dict[str, Any]:
         raise RealtimeError("send client events as JSON text messages (audio goes base64 in "
                             "input_audio_buffer.append)", "invalid_message")  # fmt: skip
     try:
-        event = json.loads(message)
+        event = protocol.read_json(message)
     except ValueError as exc:
         raise RealtimeError(f"the message is not valid JSON ({exc})", "invalid_json") from None
     if not isinstance(event, dict) or not isinstance(event.get("type"), str):
@@ -357,3 +360,23 @@ def parse_event(message: str | bytes) -> dict[str, Any]:
         raise RealtimeError(f"event type {event['type'][:64]!r} is not served here; served: "
                             f"{', '.join(CLIENT_EVENTS)}", param="type")  # fmt: skip
     return event
+
+
+def append_audio(value: Any, rate_hz: int, max_s: float) -> np.ndarray:
+    """An append's `audio` (base64 PCM16) as float32 samples; RealtimeError for what is not
+    PCM16 or carries more than `max_s` seconds (--max-queued-audio-s)."""
+    if not isinstance(value, str):
+        raise RealtimeError("'audio' must be a base64 string", param="audio")
+    try:
+        data = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise RealtimeError("'audio' is not valid base64", param="audio") from None
+    if len(data) % 2:
+        raise RealtimeError(f"'audio' holds {len(data)} bytes, not whole PCM16 samples",
+                            param="audio")  # fmt: skip
+    if len(data) / 2 / rate_hz > max_s:
+        raise RealtimeError(
+            f"one append may carry at most {max_s:g} s of audio (--max-queued-audio-s); send "
+            "the audio in smaller appends", "audio_too_large", "audio",
+        )  # fmt: skip
+    return protocol.decode_frame(data, SessionConfig(rate_hz))
