@@ -82,12 +82,13 @@ BROKEN_JSON = st.one_of(
 )
 
 
-def assert_clear(error: BaseException) -> None:
+def assert_clear(error: BaseException | str) -> None:
     """One clear line: not empty, no traceback, bounded whatever the input's size. (Counted
     as a refusal in the run's statistics: --hypothesis-show-statistics.)"""
     _count("refused")
     message = str(error)
     assert message.strip(), f"{type(error).__name__} without a message"
+    assert "\n" not in message.strip(), f"a message of several lines: {message[:200]}"
     assert len(message) <= MAX_MESSAGE_CHARS, f"a {len(message)}-character message: {message[:200]}"
     assert "Traceback" not in message
 
