@@ -47,7 +47,15 @@ from streamasr.server.protocol import (
 )
 from streamasr.server.room_feeds import MAX_AFTER, FeedError, _after, check_name
 from streamasr.session.endpointing import RULE_S_RANGE
-from streamasr.session.events import EVENT_TYPES, Endpoint, Event, Final, FirstToken, Partial
+from streamasr.session.events import (
+    EVENT_TYPES,
+    Endpoint,
+    Event,
+    Final,
+    FirstToken,
+    Partial,
+    event_from_dict,
+)
 
 MAX_BLOCK_MS = 5000.0  # the server's queued-audio limit, as a server sets it
 
@@ -239,6 +247,27 @@ def test_a_server_record_is_its_event_or_one_server_error(
     accepted()
     assert isinstance(read, EVENT_TYPES[record["type"]])
     _rendered(read)
+    if record == {"v": 1, **event.to_dict()}:
+        assert read == event
+
+
+@given(RECORDS)
+@example((Final(1, 1.0, 1.0, 0, "a", 0.0, 0.0), {"type": "final", "words": [
+    {"text": "a", "start_s": 10**400, "end_s": 1.0}]}))  # OverflowError in float()
+@example((Final(1, 1.0, 1.0, 0, "a", 0.0, 0.0), {"type": ["final"]}))  # unhashable type
+def test_event_from_dict_gives_an_event_or_one_value_error(
+    item: tuple[Event, dict[str, Any]],
+) -> None:
+    """The library's reader of records (no type checks of its own: event_from_record adds
+    them for the client) keeps to its word: an event, or ValueError."""
+    event, record = item
+    try:
+        read = event_from_dict(record)
+    except ValueError as exc:
+        assert_clear(exc)
+        return
+    accepted()
+    assert isinstance(read, EVENT_TYPES[record["type"]])
     if record == {"v": 1, **event.to_dict()}:
         assert read == event
 

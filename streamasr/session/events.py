@@ -156,12 +156,13 @@ def event_from_dict(record: dict[str, Any]) -> Event:
     """The event object one JSON record (`Event.to_dict`, a server's message) describes:
     lists back to tuples, words back to Word objects. Keys it does not know are ignored
     (`source`, `v`); ValueError for an unknown type or a record that does not fit."""
-    cls = EVENT_TYPES.get(record.get("type", ""))
+    kind = record.get("type", "")
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise ValueError(f"unknown event type {record.get('type')!r}")
+        raise ValueError(f"unknown event type {repr(kind)[:40]}")
     try:
         return cls(**_values(cls, record))
-    except (TypeError, KeyError, ValueError) as exc:
+    except (TypeError, KeyError, ValueError, OverflowError) as exc:  # Overflow: float(10**400)
         raise ValueError(f"a {cls.kind} record that does not fit: {exc}") from None
 
 
