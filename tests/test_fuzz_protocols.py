@@ -168,6 +168,7 @@ EVENTS = st.one_of(
 
 @given(EVENTS)
 @example("[" * 60_000)  # RecursionError from the JSON reader
+@example(json_text({"type": "session.update", "session": {"type": ["x" * 700]}}))  # echoed whole
 @example(json_text({"type": "session.update", "session": {"audio": {"input": {"format": {
     "type": "audio/pcm", "rate": [24000]}}}}}))  # fmt: skip
 def test_a_realtime_client_event_is_served_or_one_error_event(message: str | bytes) -> None:

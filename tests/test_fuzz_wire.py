@@ -97,6 +97,7 @@ def _config_or_error(message: str | bytes) -> SessionConfig | None:
 @example({"sample_rate": 16000, "block_ms": 10**400})  # OverflowError in math.isfinite
 @example({"sample_rate": 16000, "rule2_s": -(10**400)})
 @example({"sample_rate": 16000, "format": []})  # TypeError: unhashable type: 'list'
+@example({"sample_rate": 16000, "type": {"": 10**300}})  # the message echoed it whole
 def test_any_config_object_is_read_or_refused_in_one_line(data: dict[str, Any]) -> None:
     config = _config_or_error(json_text(data))
     if config is None:
@@ -134,6 +135,13 @@ def test_a_text_message_mid_audio_is_the_end_or_refused(message: str) -> None:
         return
     accepted()
     assert ended
+
+
+def test_channels_near_float32s_limit_mix_to_a_finite_sample() -> None:
+    """Found by the long run: 1.7e38 on two of four f32le channels summed to infinity."""
+    frame = np.array([[1.7e38, 0.0, 0.0, 1.7e38]], "<f4").tobytes()
+    audio = decode_frame(frame, SessionConfig(16000, "f32le", 4))
+    assert np.isfinite(audio).all() and np.allclose(audio, [0.85e38], rtol=1e-6)
 
 
 @given(st.sampled_from(sorted(FORMATS)), st.integers(1, protocol.MAX_CHANNELS), st.data())

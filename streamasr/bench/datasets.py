@@ -20,6 +20,7 @@ from streamasr.bench import tables
 from streamasr.bench.rows import AUDIO_SUFFIXES, BadRow, Utterance, is_file
 from streamasr.bench.tables import TableColumns
 from streamasr.errors import DatasetError
+from streamasr.text.printable import shown
 
 log = logging.getLogger("streamasr")
 
@@ -348,9 +349,9 @@ def _optional_seconds(row: dict[str, Any], key: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"'{key}' must be a number of seconds, got {value!r}")
+        raise ValueError(f"'{key}' must be a number of seconds, got {shown(value)}")
     if not 0 <= value <= sys.float_info.max:  # NaN, infinities, 400-digit integers
-        raise ValueError(f"'{key}' must be a finite number >= 0, got {value!r}")
+        raise ValueError(f"'{key}' must be a finite number >= 0, got {shown(value)}")
     return float(value)
 
 

@@ -34,6 +34,7 @@ from streamasr.backends.base import EndpointOptions
 from streamasr.errors import InputError
 from streamasr.session.endpointing import RULE_S_RANGE
 from streamasr.session.stream import StreamOptions
+from streamasr.text.printable import shown
 
 FORMATS: dict[str, np.dtype] = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
 MAX_CHANNELS = 8
@@ -155,17 +156,18 @@ def parse_config(
     unknown = sorted(set(data) - set(CONFIG_KEYS))
     if unknown:
         raise ProtocolError(
-            CLOSE_INVALID, f"config: unknown key {unknown[0]!r}; known: {', '.join(CONFIG_KEYS)}"
+            CLOSE_INVALID,
+            f"config: unknown key {shown(unknown[0])}; known: {', '.join(CONFIG_KEYS)}",
         )
     if data.get("type", "config") != "config":
         raise ProtocolError(
-            CLOSE_INVALID, f'config: type must be "config", not {data.get("type")!r}'
+            CLOSE_INVALID, f'config: type must be "config", not {shown(data.get("type"))}'
         )
     rate = _whole(data, "sample_rate", None, MIN_RATE_HZ, MAX_RATE_HZ)
     fmt = data.get("format", "s16le")
     if not isinstance(fmt, str) or fmt not in FORMATS:
         raise ProtocolError(
-            CLOSE_INVALID, f"config: format {fmt!r} is not known; use s16le or f32le"
+            CLOSE_INVALID, f"config: format {shown(fmt)} is not known; use s16le or f32le"
         )
     channels = _whole(data, "channels", 1, 1, MAX_CHANNELS)
     source = data.get("source", "ws")
@@ -305,7 +307,7 @@ def decode_frame(frame: bytes, config: SessionConfig) -> np.ndarray:
         audio = samples.astype(np.float32)
         if not np.isfinite(audio).all():
             raise ProtocolError(CLOSE_INVALID, "f32le frame holds NaN or infinite samples")
-    if config.channels > 1:
-        audio = audio.reshape(-1, config.channels).mean(axis=1, dtype=np.float32)
+    if config.channels > 1:  # summed in float64: two samples near float32's limit overflow it
+        audio = audio.reshape(-1, config.channels).mean(axis=1, dtype=np.float64)
     return np.ascontiguousarray(audio, np.float32)
 

@@ -23,6 +23,7 @@ from streamasr.server.protocol import ProtocolError, SessionConfig
 from streamasr.server.utterance import Delivered
 from streamasr.session.endpointing import RULE_S_RANGE
 from streamasr.session.events import Endpoint, Final, FirstToken, Partial, StreamSummary
+from streamasr.text.printable import shown
 
 #: PCM16 rates a session may send: OpenAI's 24 kHz (the default) and the models' 16 kHz.
 RATES = (24000, 16000)
@@ -137,7 +138,7 @@ def updated_settings(current: Settings, session: Any, beta: bool) -> Settings:
         if kind != "transcription":
             raise RealtimeError(
                 f"this server only transcribes: session.type must be 'transcription', not "
-                f"{kind!r}", param="session.type",
+                f"{shown(kind)}", param="session.type",
             )  # fmt: skip
         audio = _object(session, "audio", "session")
         audio_in = _object(audio, "input", "session.audio")
@@ -172,17 +173,17 @@ def _rate(value: Any, beta: bool) -> int:
     param = "session.input_audio_format" if beta else "session.audio.input.format"
     if beta:
         if value != "pcm16":
-            raise RealtimeError(f"input_audio_format {value!r} is not served; use 'pcm16'",
+            raise RealtimeError(f"input_audio_format {shown(value)} is not served; use 'pcm16'",
                                 param=param)  # fmt: skip
         return RATES[0]
     if not isinstance(value, dict) or value.get("type", "audio/pcm") != "audio/pcm":
         kind = value.get("type") if isinstance(value, dict) else value
-        raise RealtimeError(f"audio format {kind!r} is not served; use 'audio/pcm' (PCM16 "
+        raise RealtimeError(f"audio format {shown(kind)} is not served; use 'audio/pcm' (PCM16 "
                             "little-endian, mono)", param=param)  # fmt: skip
     rate = value.get("rate", RATES[0])
     if isinstance(rate, bool) or rate not in RATES:
         raise RealtimeError(
-            f"audio/pcm rate {rate!r} is not served; use 24000 or 16000", param=param + ".rate"
+            f"audio/pcm rate {shown(rate)} is not served; use 24000 or 16000", param=param + ".rate"
         )
     return int(rate)
 
@@ -357,7 +358,7 @@ def parse_event(message: str | bytes) -> dict[str, Any]:
         raise RealtimeError("a client event is a JSON object with a 'type'",
                             "missing_required_parameter", "type")  # fmt: skip
     if event["type"] not in CLIENT_EVENTS:
-        raise RealtimeError(f"event type {event['type'][:64]!r} is not served here; served: "
+        raise RealtimeError(f"event type {shown(event['type'], 64)} is not served here; served: "
                             f"{', '.join(CLIENT_EVENTS)}", param="type")  # fmt: skip
     return event
 

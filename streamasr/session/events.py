@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 from streamasr.text.captions import Word, words_of
 from streamasr.text.prefix import Prefix
+from streamasr.text.printable import shown
 from streamasr.text.tokens import split_words
 
 if TYPE_CHECKING:
@@ -159,11 +160,11 @@ def event_from_dict(record: dict[str, Any]) -> Event:
     kind = record.get("type", "")
     cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise ValueError(f"unknown event type {repr(kind)[:40]}")
+        raise ValueError(f"unknown event type {shown(kind)}")
     try:
         return cls(**_values(cls, record))
     except (TypeError, KeyError, ValueError, OverflowError) as exc:  # Overflow: float(10**400)
-        raise ValueError(f"a {cls.kind} record that does not fit: {exc}") from None
+        raise ValueError(f"a {cls.kind} record that does not fit: {str(exc)[:120]}") from None
 
 
 def _values(cls: type[Event], record: dict[str, Any]) -> dict[str, Any]:
