@@ -241,6 +241,8 @@ RECORDS = EVENTS.flatmap(
 @example((Final(1, 1.0, 1.0, 0, "a", 0.0, 0.0), {"type": "final", "seq": 1, "audio_s": 1.0,
           "wall_s": 1.0, "segment": 0, "text": "a", "start_s": 0.0, "end_s": float("inf")}))
 @example((Final(1, 1.0, 1.0, 0, "a", 0.0, 0.0), {"type": "final", "v": [10**400]}))
+@example((Final(1, 1.0, 1.0, 0, "a", 0.0, 0.0), {"type": "final", "seq": 0, "audio_s": 1e308,
+          "wall_s": 0.0, "segment": 0, "text": "0", "start_s": 0.0, "end_s": 0.0}))  # fmt: skip
 def test_a_server_record_is_its_event_or_one_server_error(
     item: tuple[Event, dict[str, Any]],
 ) -> None:

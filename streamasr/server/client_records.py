@@ -10,7 +10,6 @@ what came before it kept, not crash it while a `.part` file is open.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import fields
 from typing import Any
@@ -31,7 +30,7 @@ class ServerError(StreamAsrError):
 
 
 #: The summary record's numbers, each a JSON number (a bool is not one).
-#: Integers up to this convert to a float exactly.
+#: The largest number a record's time may be: integers up to it convert to a float exactly.
 MAX_WHOLE_FLOAT = 2**53
 SUMMARY_NUMBERS = ("audio_s", "compute_s", "wall_s")
 OPTIONAL_NUMBERS = ("first_token_latency_s", "first_token_wall_latency_s")
@@ -116,12 +115,11 @@ def summary_from_record(record: dict[str, Any], finals: Iterable[Any]) -> Stream
 
 def _number(value: object) -> bool:
     """A JSON number a time can be: finite (Python's reader takes NaN and Infinity, which no
-    JSONL line or subtitle can hold) and no integer beyond what a float holds."""
-    if isinstance(value, bool):
+    JSONL line or subtitle can hold) and within +-2**53 (an integer beyond converts to a
+    float inexactly, and 1e308 s overflows the millisecond arithmetic of subtitles)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    if isinstance(value, int):
-        return abs(value) <= MAX_WHOLE_FLOAT
-    return isinstance(value, float) and math.isfinite(value)
+    return -MAX_WHOLE_FLOAT <= value <= MAX_WHOLE_FLOAT  # NaN fails both comparisons
 
 
 def _whole(value: object) -> bool:
