@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamasr.errors import UsageError
+from streamasr.text.printable import shown
 from streamasr.whole_file import read_whole
 
 # key -> (type, environment variable or None, what it means)
@@ -70,16 +71,21 @@ def _read_file(path: Path) -> dict[str, object]:
         data = tomllib.loads(data_bytes.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"config {path}: not valid TOML ({exc}); fix or remove it") from None
+    except RecursionError:  # the reader recurses per `[` or `{`
+        raise UsageError(
+            f"config {path}: not valid TOML (arrays or tables nested thousands deep); fix or "
+            "remove it"
+        ) from None
     for key, value in data.items():
         if key not in KEYS:
             raise UsageError(
-                f"config {path}: unknown key {key!r}; the keys are {', '.join(KEYS)}"
+                f"config {path}: unknown key {shown(key)}; the keys are {', '.join(KEYS)}"
             )
         kind = KEYS[key][0]
         blank = isinstance(value, str) and not value.strip()
         if not isinstance(value, kind) or blank:
             wanted = "a non-empty string" if kind is str else "true or false"
-            raise UsageError(f"config {path}: {key} must be {wanted}, got {value!r}")
+            raise UsageError(f"config {path}: {key} must be {wanted}, got {shown(value)}")
     return data
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from hypothesis import HealthCheck, settings
 from warm_nemo import WarmNemo
 
 # Tests never read the developer's own settings (streamasr/config.py): no config file and no
@@ -20,6 +21,21 @@ from warm_nemo import WarmNemo
 os.environ["STREAMASR_CONFIG"] = str(Path(tempfile.mkdtemp(prefix="streamasr-cfg-")) / "none.toml")
 for _name in ("STREAMASR_MODEL", "STREAMASR_DEVICE", "STREAMASR_FORMAT"):
     os.environ.pop(_name, None)
+
+# Hypothesis profiles (the property tests, tests/test_fuzz_*.py among them): `ci`, the default,
+# runs a fixed set of examples (derandomized: the suite never fails one run and passes the
+# next on the same code) with no deadline (a loaded 2-core machine is slow, not wrong);
+# `long` explores new random examples, many more of them (HYPOTHESIS_PROFILE=long; the
+# command and its figures are in docs/development.md, "Property tests").
+_SLOW_IS_FINE = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile(
+    "ci", max_examples=100, deadline=None, derandomize=True, suppress_health_check=_SLOW_IS_FINE
+)
+settings.register_profile(
+    "long", max_examples=5000, deadline=None, suppress_health_check=_SLOW_IS_FINE,
+    print_blob=True,
+)  # fmt: skip
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"

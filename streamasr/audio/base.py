@@ -101,10 +101,15 @@ def check_raw_format(raw: RawFormat) -> RawFormat:
 
 
 def to_mono(block: np.ndarray) -> np.ndarray:
-    """Average channels of a (frames, channels) block into contiguous float32 mono."""
+    """Average channels of a (frames, channels) block into contiguous float32 mono.
+
+    Channels are summed in float64 (float32 samples near its limit would overflow their sum);
+    a 64-bit float sample beyond float32's range becomes infinite, which `check_finite` then
+    reports with its time; numpy's overflow warning would only add a line of noise."""
     if block.ndim == 2:
-        block = block.mean(axis=1) if block.shape[1] > 1 else block[:, 0]
-    return np.ascontiguousarray(block, dtype=np.float32)
+        block = block.mean(axis=1, dtype=np.float64) if block.shape[1] > 1 else block[:, 0]
+    with np.errstate(over="ignore"):
+        return np.ascontiguousarray(block, dtype=np.float32)
 
 def check_path(path: str) -> None:
     """A missing file or a folder, said in one line (before anything is opened)."""

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import json
 import logging
-import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from streamasr.bench import tables
-from streamasr.bench.rows import AUDIO_SUFFIXES, BadRow, Utterance
+from streamasr.bench.rows import AUDIO_SUFFIXES, BadRow, Utterance, is_file
 from streamasr.bench.tables import TableColumns
 from streamasr.errors import DatasetError
+from streamasr.text.printable import shown
 
 log = logging.getLogger("streamasr")
 
@@ -107,8 +108,8 @@ def load_dataset(
 
 
 def _split_missing(utterances: list[Utterance]) -> tuple[list[Utterance], list[Utterance]]:
-    present = [u for u in utterances if u.audio.is_file()]
-    missing = [u for u in utterances if not u.audio.is_file()]
+    present = [u for u in utterances if is_file(u.audio)]
+    missing = [u for u in utterances if not is_file(u.audio)]
     return present, missing
 
 
@@ -157,7 +158,7 @@ def _read_librispeech(root: Path) -> tuple[list[Utterance], list[BadRow]]:
 def _find_audio(folder: Path, utt_id: str) -> Path:
     for suffix in AUDIO_SUFFIXES:
         candidate = folder / f"{utt_id}{suffix}"
-        if candidate.is_file():
+        if is_file(candidate):
             return candidate
     return folder / f"{utt_id}.flac"  # reported as missing
 
@@ -207,7 +208,11 @@ def _read_kaldi(root: Path) -> tuple[list[Utterance], list[BadRow]]:
         if utt_id not in texts:
             bad.append(BadRow(str(scp), number, f"{utt_id} has no transcript in {text_file.name}"))
             continue
-        audio = _kaldi_path(root, target)
+        try:
+            audio = _kaldi_path(root, target)
+        except ValueError as exc:
+            bad.append(BadRow(str(scp), number, f"{utt_id}: {exc}"))
+            continue
         text_line, text = texts[utt_id]
         utterances.append(
             Utterance(utt_id, audio, text, f"{text_file}:{text_line}", durations.get(utt_id))
@@ -220,10 +225,20 @@ def _read_kaldi(root: Path) -> tuple[list[Utterance], list[BadRow]]:
 
 def _kaldi_path(root: Path, target: str) -> Path:
     """Relative paths: from the data dir first, else from the working directory (recipes)."""
-    audio = Path(target).expanduser()
-    if audio.is_absolute() or (root / audio).exists() or not audio.exists():
+    audio = _user_path(target)
+    if audio.is_absolute() or is_file(root / audio) or not is_file(audio):
         return audio if audio.is_absolute() else root / audio
     return audio
+
+
+def _user_path(text: str) -> Path:
+    """`text` with `~` and `~user` expanded; ValueError (a bad row) for a user who has no
+    home folder here (pathlib raises RuntimeError)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        user = text.split("/", 1)[0][:40]
+        raise ValueError(f"{user!r}: no such user's home folder on this machine") from None
 
 
 def _kaldi_durations(path: Path) -> dict[str, float]:
@@ -285,7 +300,7 @@ def _manifest_row(path: Path, number: int, line: str) -> Utterance:
     _check_inside("duration", duration, onset, end)
     if onset is not None and end is not None and end < onset:
         raise ValueError(f"speech_end_s {end} is before speech_onset_s {onset}")
-    audio = Path(audio_field).expanduser()
+    audio = _user_path(audio_field)
     if not audio.is_absolute():
         audio = path.parent / audio
     utt_id = row.get("id", row.get("utt_id"))
@@ -334,9 +349,9 @@ def _optional_seconds(row: dict[str, Any], key: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"'{key}' must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"'{key}' must be a finite number >= 0, got {value!r}")
+        raise ValueError(f"'{key}' must be a number of seconds, got {shown(value)}")
+    if not 0 <= value <= sys.float_info.max:  # NaN, infinities, 400-digit integers
+        raise ValueError(f"'{key}' must be a finite number >= 0, got {shown(value)}")
     return float(value)
 
 

@@ -12,8 +12,9 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamasr.bench.rows import AUDIO_SUFFIXES, BadRow, Utterance
+from streamasr.bench.rows import AUDIO_SUFFIXES, BadRow, Utterance, is_file
 from streamasr.errors import DatasetError
+from streamasr.text.printable import printable
 
 TABLE_SUFFIXES = (".tsv", ".csv")
 AUDIO_COLUMNS = ("path", "audio", "audio_filepath", "audio_path", "file", "filename", "wav")
@@ -36,7 +37,7 @@ def _pick(header: list[str], wanted: str | None, candidates: tuple[str, ...], ro
         if wanted not in header:
             raise DatasetError(
                 f"{path}: no column {wanted!r} for the {role}; its columns are "
-                f"{', '.join(header)} ({option} NAME chooses one)"
+                f"{_columns(header)} ({option} NAME chooses one)"
             )
         return wanted
     lowered = {name.lower(): name for name in header}
@@ -44,9 +45,15 @@ def _pick(header: list[str], wanted: str | None, candidates: tuple[str, ...], ro
         if name in lowered:
             return lowered[name]
     raise DatasetError(
-        f"{path}: none of the columns ({', '.join(header)}) looks like the {role}; "
+        f"{path}: none of the columns ({_columns(header)}) looks like the {role}; "
         f"name it with {option} NAME"
     )
+
+
+def _columns(header: list[str], most: int = 12) -> str:
+    """The header's column names as a message lists them: printable, each and all bounded."""
+    names = ", ".join(printable(name)[:40] for name in header[:most])
+    return names if len(header) <= most else f"{names} and {len(header) - most} more"
 
 
 def _check_is_header(header: list[str], path: Path, delimiter: str) -> None:
@@ -66,10 +73,10 @@ def _check_is_header(header: list[str], path: Path, delimiter: str) -> None:
 def _audio_path(folder: Path, value: str) -> Path:
     """Relative to the table's folder, or to its clips/ folder (Common Voice)."""
     candidate = (folder / value).expanduser()
-    if candidate.is_file():
+    if is_file(candidate):
         return candidate
     clips = folder / "clips" / value
-    return clips if clips.is_file() else candidate
+    return clips if is_file(clips) else candidate
 
 
 def read_table(path: Path, columns: TableColumns = TableColumns()) -> tuple[

@@ -30,6 +30,8 @@ class ServerError(StreamAsrError):
 
 
 #: The summary record's numbers, each a JSON number (a bool is not one).
+#: The largest number a record's time may be: integers up to it convert to a float exactly.
+MAX_WHOLE_FLOAT = 2**53
 SUMMARY_NUMBERS = ("audio_s", "compute_s", "wall_s")
 OPTIONAL_NUMBERS = ("first_token_latency_s", "first_token_wall_latency_s")
 
@@ -40,6 +42,8 @@ def read_record(message: str | bytes) -> dict[str, Any]:
         record = json.loads(message)
     except (ValueError, UnicodeDecodeError) as exc:
         raise unreadable(f"not JSON ({exc})") from None
+    except RecursionError:  # a few kB of `[[[[...`
+        raise unreadable("JSON nested deeper than a record can be") from None
     if not isinstance(record, dict):
         raise unreadable(f"a JSON {type(record).__name__}, not an object")
     if not isinstance(record.get("type"), str):
@@ -55,9 +59,12 @@ def event_from_record(record: dict[str, Any]) -> Event:
     """An event object from one JSON record the server (or `file --format jsonl`) wrote; a
     record of a later wire version than this client reads is refused, not misread."""
     version = record.get("v", WIRE_VERSION)
-    if not isinstance(version, int) or version > WIRE_VERSION:
+    if not _whole(version):
+        raise unreadable("a record whose wire version 'v' is not a whole number")
+    if version > WIRE_VERSION:
+        shown = version if version < 1000 else "a later one"  # not 4000 digits on a line
         raise ServerError(
-            f"the server sends events of wire version {version!r}; this client reads up to "
+            f"the server sends events of wire version {shown}; this client reads up to "
             f"{WIRE_VERSION}: upgrade streamasr here (pip install -U streamasr)"
         )
     cls = EVENT_TYPES.get(record["type"])
@@ -107,7 +114,12 @@ def summary_from_record(record: dict[str, Any], finals: Iterable[Any]) -> Stream
 
 
 def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+    """A JSON number a time can be: finite (Python's reader takes NaN and Infinity, which no
+    JSONL line or subtitle can hold) and within +-2**53 (an integer beyond converts to a
+    float inexactly, and 1e308 s overflows the millisecond arithmetic of subtitles)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return -MAX_WHOLE_FLOAT <= value <= MAX_WHOLE_FLOAT  # NaN fails both comparisons
 
 
 def _whole(value: object) -> bool:

@@ -23,8 +23,6 @@ OpenAI's server events (server/realtime_events.py: the messages). What maps to w
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import itertools
 import json
@@ -43,11 +41,12 @@ from streamasr.server import protocol
 from streamasr.server.client_session import ClientSession, EngineFailed, Refused
 from streamasr.server.connection import SocketClosed, Stop
 from streamasr.server.openai_gate import presented_key
-from streamasr.server.protocol import ProtocolError, SessionConfig
+from streamasr.server.protocol import ProtocolError
 from streamasr.server.realtime_events import (
     RealtimeError,
     Settings,
     Turns,
+    append_audio,
     parse_event,
     updated_settings,
 )
@@ -237,23 +236,7 @@ class RealtimeConnection:
         await session.feed(samples)
 
     def _audio(self, value: Any) -> np.ndarray:
-        """An append's audio as float32 samples; RealtimeError for what is not PCM16."""
-        if not isinstance(value, str):
-            raise RealtimeError("'audio' must be a base64 string", param="audio")
-        try:
-            data = base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError):
-            raise RealtimeError("'audio' is not valid base64", param="audio") from None
-        if len(data) % 2:
-            raise RealtimeError(f"'audio' holds {len(data)} bytes, not whole PCM16 samples",
-                                param="audio")  # fmt: skip
-        limit_s = self.limits.max_queued_audio_s
-        if len(data) / 2 / self.settings.rate_hz > limit_s:
-            raise RealtimeError(
-                f"one append may carry at most {limit_s:g} s of audio (--max-queued-audio-s); "
-                "send the audio in smaller appends", "audio_too_large", "audio",
-            )  # fmt: skip
-        return protocol.decode_frame(data, SessionConfig(self.settings.rate_hz))
+        return append_audio(value, self.settings.rate_hz, self.limits.max_queued_audio_s)
 
     async def _commit(self, event: dict[str, Any]) -> None:
         session = self._session()

@@ -46,6 +46,7 @@ from streamasr.server.openai_upload import Upload, failure, start
 from streamasr.server.room_feeds import TRANSCRIPTS
 from streamasr.session.events import Final
 from streamasr.text.captions import even_words
+from streamasr.text.printable import shown
 from streamasr.text.tokens import split_words
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def _model_named(server: StreamServer, name: str | None) -> ModelCard:
         return card
     raise ApiError(
         400,
-        f"model {name!r} is not on this server; it has {card.id!r} (also answers to "
+        f"model {shown(name)} is not on this server; it has {card.id!r} (also answers to "
         f"{', '.join(ALIASES)})",
         param="model", code="model_not_found",
     )  # fmt: skip
@@ -125,7 +126,7 @@ def list_models(request: Request) -> ModelList:
 def get_model(request: Request, model_id: str) -> ModelCard:
     card = model_card(server_of(request))
     if model_id != card.id and model_id not in ALIASES:
-        raise ApiError(404, f"no model {model_id!r}; this server has {card.id!r}",
+        raise ApiError(404, f"no model {shown(model_id)}; this server has {card.id!r}",
                        param="model", code="model_not_found")  # fmt: skip
     return card
 
@@ -176,7 +177,7 @@ def _rendered(upload: Upload, fmt: str) -> str:
 def _check_language(card: ModelCard, language: str | None) -> str:
     """The language to report; 400 when the model declares another one."""
     if language and card.language and language.split("-")[0].lower() != card.language.lower():
-        raise ApiError(400, f"language {language!r}: this server's model transcribes "
+        raise ApiError(400, f"language {shown(language)}: this server's model transcribes "
                             f"{card.language!r}", param="language", code="unsupported_language")
     return card.language or language or ""
 

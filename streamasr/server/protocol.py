@@ -23,7 +23,6 @@ reason that says what to do; the server closes that connection with them.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -35,6 +34,7 @@ from streamasr.backends.base import EndpointOptions
 from streamasr.errors import InputError
 from streamasr.session.endpointing import RULE_S_RANGE
 from streamasr.session.stream import StreamOptions
+from streamasr.text.printable import shown
 
 FORMATS: dict[str, np.dtype] = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
 MAX_CHANNELS = 8
@@ -148,27 +148,26 @@ def parse_config(
     if len(message.encode("utf-8")) > MAX_CONFIG_BYTES:
         raise ProtocolError(CLOSE_INVALID, f"config longer than {MAX_CONFIG_BYTES} bytes")
     try:
-        data = json.loads(message)
-    except json.JSONDecodeError as exc:
-        raise ProtocolError(CLOSE_INVALID, f"config is not valid JSON ({exc.msg})") from None
-    except ValueError:
-        raise ProtocolError(CLOSE_INVALID, "config is not valid UTF-8 JSON") from None
+        data = read_json(message)
+    except ValueError as exc:
+        raise ProtocolError(CLOSE_INVALID, f"config is not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ProtocolError(CLOSE_INVALID, "config must be a JSON object")
     unknown = sorted(set(data) - set(CONFIG_KEYS))
     if unknown:
         raise ProtocolError(
-            CLOSE_INVALID, f"config: unknown key {unknown[0]!r}; known: {', '.join(CONFIG_KEYS)}"
+            CLOSE_INVALID,
+            f"config: unknown key {shown(unknown[0])}; known: {', '.join(CONFIG_KEYS)}",
         )
     if data.get("type", "config") != "config":
         raise ProtocolError(
-            CLOSE_INVALID, f'config: type must be "config", not {data.get("type")!r}'
+            CLOSE_INVALID, f'config: type must be "config", not {shown(data.get("type"))}'
         )
     rate = _whole(data, "sample_rate", None, MIN_RATE_HZ, MAX_RATE_HZ)
     fmt = data.get("format", "s16le")
-    if fmt not in FORMATS:
+    if not isinstance(fmt, str) or fmt not in FORMATS:
         raise ProtocolError(
-            CLOSE_INVALID, f"config: format {fmt!r} is not known; use s16le or f32le"
+            CLOSE_INVALID, f"config: format {shown(fmt)} is not known; use s16le or f32le"
         )
     channels = _whole(data, "channels", 1, 1, MAX_CHANNELS)
     source = data.get("source", "ws")
@@ -202,6 +201,26 @@ def parse_config(
         punctuate, sentence_case,
         room_name(data.get("room")), _flag(data, "room_source", False),
     )
+
+
+def read_json(text: str | bytes) -> Any:
+    """A client's JSON message; ValueError saying in a few words why it cannot be read.
+
+    Why not `json.loads` alone: besides its JSONDecodeError, a few kilobytes of `[[[[...`
+    raise RecursionError, an integer of more than 4300 digits a ValueError that tells the
+    reader to change the interpreter's limit, and bytes that are not UTF-8 a
+    UnicodeDecodeError; each must be the protocol's one clear error, not a traceback.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except RecursionError:
+        raise ValueError("nested deeper than a message can be") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise ValueError("a number with too many digits") from None
 
 
 def room_name(value: Any) -> str | None:
@@ -246,17 +265,13 @@ def _number(
     unit: str,
     other: str = "",
 ) -> float | None:
-    """A finite number within [low, high] (JSON has no NaN, but Python's parser takes it);
-    `default` when the key is missing (None: the server's setting)."""
+    """A number within [low, high]; `default` when the key is missing (None: the server's
+    setting). Compared, never converted first: JSON has no NaN, but Python's parser takes
+    it (no comparison holds for it), and an integer of 400 digits is no float."""
     if key not in data:
         return default
     value = data[key]
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not low <= value <= high
-    ):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         raise ProtocolError(
             CLOSE_INVALID, f"config: {key} must be a number from {low:g} to {high:g} {unit}{other}"
         )
@@ -266,7 +281,7 @@ def _number(
 def is_end(message: str) -> bool:
     """True for the end message; ProtocolError for any other text where audio is expected."""
     try:
-        data = json.loads(message)
+        data = read_json(message)
     except ValueError:
         data = None
     if isinstance(data, dict) and data.get("type") == "end":
@@ -292,7 +307,7 @@ def decode_frame(frame: bytes, config: SessionConfig) -> np.ndarray:
         audio = samples.astype(np.float32)
         if not np.isfinite(audio).all():
             raise ProtocolError(CLOSE_INVALID, "f32le frame holds NaN or infinite samples")
-    if config.channels > 1:
-        audio = audio.reshape(-1, config.channels).mean(axis=1, dtype=np.float32)
+    if config.channels > 1:  # summed in float64: two samples near float32's limit overflow it
+        audio = audio.reshape(-1, config.channels).mean(axis=1, dtype=np.float64)
     return np.ascontiguousarray(audio, np.float32)
 

@@ -9,10 +9,13 @@ the official `openai` package's types (openai/types/realtime, openai/types/beta/
 
 from __future__ import annotations
 
-import json
+import base64
+import binascii
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from streamasr.backends.base import EndpointOptions
 from streamasr.server import protocol
@@ -20,6 +23,7 @@ from streamasr.server.protocol import ProtocolError, SessionConfig
 from streamasr.server.utterance import Delivered
 from streamasr.session.endpointing import RULE_S_RANGE
 from streamasr.session.events import Endpoint, Final, FirstToken, Partial, StreamSummary
+from streamasr.text.printable import shown
 
 #: PCM16 rates a session may send: OpenAI's 24 kHz (the default) and the models' 16 kHz.
 RATES = (24000, 16000)
@@ -134,7 +138,7 @@ def updated_settings(current: Settings, session: Any, beta: bool) -> Settings:
         if kind != "transcription":
             raise RealtimeError(
                 f"this server only transcribes: session.type must be 'transcription', not "
-                f"{kind!r}", param="session.type",
+                f"{shown(kind)}", param="session.type",
             )  # fmt: skip
         audio = _object(session, "audio", "session")
         audio_in = _object(audio, "input", "session.audio")
@@ -169,17 +173,17 @@ def _rate(value: Any, beta: bool) -> int:
     param = "session.input_audio_format" if beta else "session.audio.input.format"
     if beta:
         if value != "pcm16":
-            raise RealtimeError(f"input_audio_format {value!r} is not served; use 'pcm16'",
+            raise RealtimeError(f"input_audio_format {shown(value)} is not served; use 'pcm16'",
                                 param=param)  # fmt: skip
         return RATES[0]
     if not isinstance(value, dict) or value.get("type", "audio/pcm") != "audio/pcm":
         kind = value.get("type") if isinstance(value, dict) else value
-        raise RealtimeError(f"audio format {kind!r} is not served; use 'audio/pcm' (PCM16 "
+        raise RealtimeError(f"audio format {shown(kind)} is not served; use 'audio/pcm' (PCM16 "
                             "little-endian, mono)", param=param)  # fmt: skip
     rate = value.get("rate", RATES[0])
     if isinstance(rate, bool) or rate not in RATES:
         raise RealtimeError(
-            f"audio/pcm rate {rate!r} is not served; use 24000 or 16000", param=param + ".rate"
+            f"audio/pcm rate {shown(rate)} is not served; use 24000 or 16000", param=param + ".rate"
         )
     return int(rate)
 
@@ -347,13 +351,33 @@ def parse_event(message: str | bytes) -> dict[str, Any]:
         raise RealtimeError("send client events as JSON text messages (audio goes base64 in "
                             "input_audio_buffer.append)", "invalid_message")  # fmt: skip
     try:
-        event = json.loads(message)
+        event = protocol.read_json(message)
     except ValueError as exc:
         raise RealtimeError(f"the message is not valid JSON ({exc})", "invalid_json") from None
     if not isinstance(event, dict) or not isinstance(event.get("type"), str):
         raise RealtimeError("a client event is a JSON object with a 'type'",
                             "missing_required_parameter", "type")  # fmt: skip
     if event["type"] not in CLIENT_EVENTS:
-        raise RealtimeError(f"event type {event['type'][:64]!r} is not served here; served: "
+        raise RealtimeError(f"event type {shown(event['type'], 64)} is not served here; served: "
                             f"{', '.join(CLIENT_EVENTS)}", param="type")  # fmt: skip
     return event
+
+
+def append_audio(value: Any, rate_hz: int, max_s: float) -> np.ndarray:
+    """An append's `audio` (base64 PCM16) as float32 samples; RealtimeError for what is not
+    PCM16 or carries more than `max_s` seconds (--max-queued-audio-s)."""
+    if not isinstance(value, str):
+        raise RealtimeError("'audio' must be a base64 string", param="audio")
+    try:
+        data = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise RealtimeError("'audio' is not valid base64", param="audio") from None
+    if len(data) % 2:
+        raise RealtimeError(f"'audio' holds {len(data)} bytes, not whole PCM16 samples",
+                            param="audio")  # fmt: skip
+    if len(data) / 2 / rate_hz > max_s:
+        raise RealtimeError(
+            f"one append may carry at most {max_s:g} s of audio (--max-queued-audio-s); send "
+            "the audio in smaller appends", "audio_too_large", "audio",
+        )  # fmt: skip
+    return protocol.decode_frame(data, SessionConfig(rate_hz))

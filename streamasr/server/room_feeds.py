@@ -34,9 +34,11 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, Request, WebSocket
+from fastapi import APIRouter, Depends, Request, WebSocket
 from fastapi.responses import PlainTextResponse, Response
+from fastapi.security import APIKeyQuery, HTTPBearer
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from streamasr.server import protocol
 from streamasr.server.limits import ENCODED_WRITER, TRANSPORT
@@ -69,8 +71,37 @@ MAX_AFTER = 2**53
 #: How long a dropped or closed viewer's feed may take to send what it still holds.
 CLOSE_FLUSH_S = 5.0
 NO_STORE = {"Cache-Control": "no-store"}
+_WRONG_TOKEN = "missing or wrong view token: add ?token=TOKEN to the address"
 
 router = APIRouter(tags=["rooms"])
+_BEARER = HTTPBearer(auto_error=False, scheme_name="ViewToken",
+                     description="The rooms' view token (serve --view-token-file)")
+_QUERY = APIKeyQuery(name="token", auto_error=False, scheme_name="ViewTokenQuery",
+                     description="The view token in the address, for browsers")  # fmt: skip
+
+
+def view_token(
+    request: Request, _bearer: object = Depends(_BEARER), _query: object = Depends(_QUERY)
+) -> None:
+    """The view token (--view-token-file), checked before anything else of a request is
+    read (FastAPI's own checks of its path, a format it does not know, would otherwise
+    answer a client without the token first); /openapi.json describes it by the two."""
+    rooms = _server(request).rooms
+    if rooms is not None and not token_matches(rooms.options.view_token, _token(request)):
+        raise StarletteHTTPException(401, _WRONG_TOKEN, headers=NO_STORE)
+
+
+VIEW_TOKEN = [Depends(view_token)]
+_ROOM_SEQ = {"type": "integer", "minimum": 0, "maximum": MAX_AFTER}
+#: What a feed reads besides its name, as /openapi.json describes it (`_after` reads them).
+FEED_PARAMETERS = {"parameters": [
+    {"name": "after", "in": "query", "required": False, "schema": _ROOM_SEQ,
+     "description": "The last room_seq seen: only the kept finals after it are sent"},
+    {"name": "Last-Event-ID", "in": "header", "required": False, "schema": _ROOM_SEQ,
+     "description": "What a reconnecting EventSource sends; `after` wins over it"},
+    {"name": "talk", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "The talk `after` was counted in (a status event's `talk`)"},
+]}  # fmt: skip
 
 
 class FeedError(Exception):
@@ -102,10 +133,7 @@ def find_broker(rooms: RoomBroker | None, name: str, token: str | None) -> RoomB
     if rooms is None:
         raise FeedError(404, CLOSE_UNKNOWN, NO_ROOMS)
     if not token_matches(rooms.options.view_token, token):
-        raise FeedError(
-            401, CLOSE_TOKEN,
-            "missing or wrong view token: add ?token=TOKEN to the address",
-        )  # fmt: skip
+        raise FeedError(401, CLOSE_TOKEN, _WRONG_TOKEN)
     return rooms
 
 
@@ -251,6 +279,8 @@ def _token(scope_owner: Request | WebSocket) -> str | None:
     "/rooms/{name}/events",
     summary="A room's events as Server-Sent Events",
     response_class=EventSourceResponse,
+    dependencies=VIEW_TOKEN,
+    openapi_extra=FEED_PARAMETERS,
     responses={
         400: {"description": "Not a room's name, or `after` not a whole number"},
         401: {"description": "Missing or wrong view token"},
@@ -290,6 +320,7 @@ async def sse_feed(request: Request, name: str) -> Response:
 @router.get(
     "/rooms/{name}/transcript.{fmt}",
     summary="A room's kept finals as text, SRT or WebVTT",
+    dependencies=VIEW_TOKEN,
     responses={
         200: {"content": {kind: {} for kind in TRANSCRIPTS.values()}},
         400: {"description": "Not a room's name"},

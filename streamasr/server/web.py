@@ -125,7 +125,35 @@ def build_app(server: StreamServer) -> FastAPI:
     app.include_router(openai_rest.router)
     app.include_router(openai_realtime.router)
     app.add_exception_handler(StarletteHTTPException, _not_found)
+    schema = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            _open_where_no_token(schema(), server)
+        return app.openapi_schema or {}
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def _open_where_no_token(schema: dict[str, Any], server: StreamServer) -> None:
+    """The schema as this server answers: an operation needs a token only where one is set
+    (the routes declare theirs; without --token-file or --view-token-file they are open,
+    and a schema that claims otherwise describes responses this server never gives)."""
+    rooms = server.rooms
+    unset = set() if server.security.token is not None else {"HTTPBearer"}
+    if rooms is None or rooms.options.view_token is None:
+        unset |= {"ViewToken", "ViewTokenQuery"}
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            kept = [need for need in operation.get("security", ()) if not set(need) & unset]
+            if kept:
+                operation["security"] = kept
+            else:
+                operation.pop("security", None)
+    schemes = schema.get("components", {}).get("securitySchemes", {})
+    for name in unset:
+        schemes.pop(name, None)
 
 
 def web_server(app: FastAPI, limits: ServerLimits, security: Security) -> uvicorn.Server:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,8 +93,8 @@ async def read_event(reader: asyncio.StreamReader, max_bytes: int) -> Event | No
 
 def _json_object(raw: bytes, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(raw)
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        value = protocol.read_json(raw)
+    except ValueError as exc:
         raise invalid(
             f"{what} is not valid UTF-8 JSON ({exc}); send each event as one JSON line, "
             'e.g. {"type": "describe"}'

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 from streamasr.text.captions import Word, words_of
 from streamasr.text.prefix import Prefix
+from streamasr.text.printable import shown
 from streamasr.text.tokens import split_words
 
 if TYPE_CHECKING:
@@ -156,13 +157,14 @@ def event_from_dict(record: dict[str, Any]) -> Event:
     """The event object one JSON record (`Event.to_dict`, a server's message) describes:
     lists back to tuples, words back to Word objects. Keys it does not know are ignored
     (`source`, `v`); ValueError for an unknown type or a record that does not fit."""
-    cls = EVENT_TYPES.get(record.get("type", ""))
+    kind = record.get("type", "")
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise ValueError(f"unknown event type {record.get('type')!r}")
+        raise ValueError(f"unknown event type {shown(kind)}")
     try:
         return cls(**_values(cls, record))
-    except (TypeError, KeyError, ValueError) as exc:
-        raise ValueError(f"a {cls.kind} record that does not fit: {exc}") from None
+    except (TypeError, KeyError, ValueError, OverflowError) as exc:  # Overflow: float(10**400)
+        raise ValueError(f"a {cls.kind} record that does not fit: {str(exc)[:120]}") from None
 
 
 def _values(cls: type[Event], record: dict[str, Any]) -> dict[str, Any]:

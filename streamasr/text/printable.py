@@ -41,3 +41,14 @@ def json_escaped(line: str) -> str:
     if _CONTROL.search(line) is None:
         return line
     return _CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}", line)
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """A value from outside as a message names it: its repr (controls escaped, one line),
+    at most `limit` characters. Why: a message that echoes what a client or a file sent
+    whole is as long as that (a 60 kB field, a 4000-digit number) and no longer a line."""
+    try:
+        text = repr(value)
+    except ValueError:  # holds an integer of more digits than Python converts to text
+        return f"a {type(value).__name__} too large to show"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -34,6 +34,19 @@ from streamasr.text.prefix import Prefix
 WORD_BOUNDARY = "\u2581"
 TOKEN_TYPES = ("word", "bpe", "cjkchar", "cjkchar+bpe", "byte")
 _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+#: The largest token id a tokens.txt may hold. Released vocabularies have up to some
+#: hundred thousand tokens; the symbols are a table indexed by id, so one line claiming id
+#: 99999999999 would otherwise ask for a table of 10^11 entries.
+MAX_TOKEN_ID = (1 << 20) - 1
+
+
+def token_id(raw: str) -> int | None:
+    """The id at the end of a tokens.txt line: ASCII digits up to MAX_TOKEN_ID; else None
+    (`str.isdigit` also takes '²' and Arabic-Indic digits, which `int` refuses)."""
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > len(str(MAX_TOKEN_ID)):
+        return None
+    value = int(raw)
+    return value if value <= MAX_TOKEN_ID else None
 
 
 def is_cjk(char: str) -> bool:
@@ -102,12 +115,13 @@ def read_vocabulary(path: Path | str) -> Vocabulary:
             symbol, raw_id = " ", parts[0]
         else:
             symbol, raw_id = parts
-        if not raw_id.isdigit():
+        token = token_id(raw_id)
+        if token is None:
             raise ModelError(
-                f"{path}:{number}: expected '<symbol> <id>', got {line[:40]!r}. "
-                "Re-pull the model (streamasr models pull NAME --force)"
+                f"{path}:{number}: expected '<symbol> <id>' (an id from 0 to {MAX_TOKEN_ID}), "
+                f"got {line[:40]!r}. Re-pull the model (streamasr models pull NAME --force)"
             )
-        by_id[int(raw_id)] = symbol
+        by_id[token] = symbol
     symbols = tuple(by_id.get(i, "") for i in range(max(by_id, default=-1) + 1))
     return Vocabulary(symbols, detect_token_type(symbols))
 

@@ -38,6 +38,7 @@ HOTWORD_MIN_ACTIVE_PATHS = 32
 # every load, so a longer one would only slow the start
 MAX_HOTWORDS_BYTES = 1 << 20
 MAX_HOTWORD_CHARS = 256  # one word or phrase per line, not a paragraph
+SHOWN_WORDS = 10  # words a refusal names (then how many more)
 _SCORE = re.compile(r"[-+]?\d+(\.\d*)?")
 
 
@@ -189,7 +190,7 @@ def engine_hotword_options(
     found = check_phrases(phrases, vocabulary)
     if found.unencodable:
         raise UsageError(
-            f"--hotwords: {', '.join(found.unencodable)} cannot be written with this model's "
+            f"--hotwords: {_listed(found.unencodable)} cannot be written with this model's "
             f"tokens ({vocabulary.token_type}); {_hint(vocabulary)}"
         )
     options = {"modeling_unit": vocabulary.modeling_unit}
@@ -247,6 +248,12 @@ def _vocab_from_tokens(vocabulary: Vocabulary) -> str:
         for p in sorted(vocabulary.pieces)
         if not any(is_cjk(c) for c in p)
     )
+
+
+def _listed(words: tuple[str, ...], most: int = SHOWN_WORDS) -> str:
+    """The first `most` words, then how many more: a list of thousands stays one line."""
+    shown = ", ".join(words[:most])
+    return shown if len(words) <= most else f"{shown} and {len(words) - most} more"
 
 
 def _hint(vocabulary: Vocabulary) -> str:

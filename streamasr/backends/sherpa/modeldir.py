@@ -22,6 +22,7 @@ from streamasr.backends.sherpa.onnx_meta import (
 from streamasr.distribution import cache, catalog, manifest
 from streamasr.distribution.local_models import FolderFacts, bundled_models_dir, list_bundled
 from streamasr.errors import ModelError, ModelMismatchError, StreamAsrError
+from streamasr.text.tokens import MAX_TOKEN_ID, token_id
 from streamasr.whole_file import check_file, read_whole
 
 log = logging.getLogger("streamasr")
@@ -215,12 +216,13 @@ def check_tokens(files: ModelFiles) -> int:
         parts = line.split()
         if not parts:
             continue
-        raw_id = parts[-1]
-        if len(parts) > 2 or not raw_id.isascii() or not raw_id.isdigit():
+        token = token_id(parts[-1])
+        if len(parts) > 2 or token is None:
             raise ModelError(
-                f"{path}:{number}: expected '<symbol> <id>', got {line[:40]!r}; {fix}"
+                f"{path}:{number}: expected '<symbol> <id>' (an id from 0 to {MAX_TOKEN_ID}), "
+                f"got {line[:40]!r}; {fix}"
             )
-        ids.add(int(raw_id))
+        ids.add(token)
     if not ids:
         raise ModelError(f"{path} is empty: it lists no tokens; {fix}")
     expected = model_vocab_size(files)
