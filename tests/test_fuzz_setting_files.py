@@ -54,6 +54,7 @@ HOTWORD_LINES = st.tuples(st.lists(WORDS | st.text(max_size=10), max_size=3), st
 
 
 @given(_lines(HOTWORD_LINES))
+# a refusal that named all 2000 words the model cannot spell (15 kB)
 @example(("ZZQQ ZZQQ\n" * 2 + "\n".join(f"Q{n}Q" for n in range(2000))).encode())
 def test_a_hotwords_file_is_read_and_checked_or_one_usage_error(data: bytes) -> None:
     path = _file(data)
