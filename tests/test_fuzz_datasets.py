@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 import soundfile as sf
-from fuzz_inputs import BROKEN_JSON, accepted, assert_clear, json_text, mutated
+from fuzz_inputs import BROKEN_JSON, accepted, assert_clear, json_text, mutated, scratch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from streamasr.bench.datasets import Dataset, load_dataset
 from streamasr.errors import DatasetError
 
-ROOT = Path(tempfile.mkdtemp(prefix="streamasr-fuzz-data-"))
+ROOT = scratch("streamasr-fuzz-data-")
 AUDIO_S = 0.5  # each audio file's length
 #: Audio files that exist beside every dataset (others named in rows are missing).
 PRESENT = ("a.wav", "b.wav")

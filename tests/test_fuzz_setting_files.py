@@ -11,7 +11,7 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
-from fuzz_inputs import accepted, assert_clear
+from fuzz_inputs import accepted, assert_clear, scratch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -26,7 +26,7 @@ from streamasr.errors import ModelError, UsageError
 from streamasr.server.limits import load_token
 from streamasr.text.tokens import MAX_TOKEN_ID, read_vocabulary
 
-FOLDER = Path(tempfile.mkdtemp(prefix="streamasr-fuzz-files-"))
+FOLDER = scratch("streamasr-fuzz-files-")
 TINY_EN = resolve_model("tiny-en")
 VOCABULARY = read_vocabulary(TINY_EN.tokens)
 #: Words the bundled English model can spell, and some it cannot.
