@@ -7,13 +7,26 @@ strange the input was): never another exception, a hang or unbounded memory.
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
+
+
+def scratch(prefix: str) -> Path:
+    """A folder of this process for the files the tests write (a long run writes thousands),
+    removed when the process ends."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
 
 #: An error message is a line, not a dump of the input.
 MAX_MESSAGE_CHARS = 600

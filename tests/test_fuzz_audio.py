@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import io
 import struct
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-from fuzz_inputs import accepted, assert_clear
+from fuzz_inputs import accepted, assert_clear, scratch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -26,7 +24,7 @@ from streamasr.audio.pcm import PcmStreamSource, raw_layout, read_wav_header
 from streamasr.audio.resample import StreamResampler
 from streamasr.errors import InputError, UsageError
 
-FOLDER = Path(tempfile.mkdtemp(prefix="streamasr-fuzz-audio-"))
+FOLDER = scratch("streamasr-fuzz-audio-")
 BLOCK_S = st.sampled_from([0.0001, 0.01, 0.1, 1.0])
 #: (WAV format tag, bits) a header may declare; the pipe reader takes the first six
 SAMPLE_FORMATS = [(1, 8), (1, 16), (1, 24), (1, 32), (3, 32), (3, 64), (1, 12), (2, 4),

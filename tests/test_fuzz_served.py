@@ -39,6 +39,7 @@ WRONG = {"Authorization": "Bearer not-the-token"}
 EXAMPLES = max(3, settings().max_examples // 10)
 RELAXED = settings(max_examples=EXAMPLES, suppress_health_check=list(HealthCheck))
 READ_S = 60.0  # what a request may take on a loaded machine before it counts as stalled
+PAUSE_S = 1.0  # between the bystander's sessions: beside the attack, not a load of its own
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +87,7 @@ def bystander(server: ServerProcess) -> Iterator[dict[str, list[Any]]]:
                     seen["sessions"].append(ws_session(server))
                 except Exception as exc:  # noqa: BLE001 - reported by the test
                     seen["sessions"].append(exc)
+                done.wait(PAUSE_S)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

@@ -11,7 +11,7 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
-from fuzz_inputs import accepted, assert_clear
+from fuzz_inputs import accepted, assert_clear, scratch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -26,7 +26,7 @@ from streamasr.errors import ModelError, UsageError
 from streamasr.server.limits import load_token
 from streamasr.text.tokens import MAX_TOKEN_ID, read_vocabulary
 
-FOLDER = Path(tempfile.mkdtemp(prefix="streamasr-fuzz-files-"))
+FOLDER = scratch("streamasr-fuzz-files-")
 TINY_EN = resolve_model("tiny-en")
 VOCABULARY = read_vocabulary(TINY_EN.tokens)
 #: Words the bundled English model can spell, and some it cannot.
@@ -54,6 +54,7 @@ HOTWORD_LINES = st.tuples(st.lists(WORDS | st.text(max_size=10), max_size=3), st
 
 
 @given(_lines(HOTWORD_LINES))
+# a refusal that named all 2000 words the model cannot spell (15 kB)
 @example(("ZZQQ ZZQQ\n" * 2 + "\n".join(f"Q{n}Q" for n in range(2000))).encode())
 def test_a_hotwords_file_is_read_and_checked_or_one_usage_error(data: bytes) -> None:
     path = _file(data)

@@ -95,7 +95,7 @@ def _config_or_error(message: str | bytes) -> SessionConfig | None:
 
 @given(CONFIGS)
 @example({"sample_rate": 16000, "block_ms": 10**400})  # OverflowError in math.isfinite
-@example({"sample_rate": 16000, "rule2_s": -(10**400)})
+@example({"sample_rate": 16000, "rule2_s": -(10**400)})  # the same
 @example({"sample_rate": 16000, "format": []})  # TypeError: unhashable type: 'list'
 @example({"sample_rate": 16000, "type": {"": 10**300}})  # the message echoed it whole
 def test_any_config_object_is_read_or_refused_in_one_line(data: dict[str, Any]) -> None:
@@ -116,7 +116,7 @@ def test_any_config_object_is_read_or_refused_in_one_line(data: dict[str, Any]) 
 
 @given(BROKEN_JSON | JSON_VALUES.map(json_text) | st.binary(max_size=64))
 @example("[" * 4000)  # RecursionError from the JSON reader
-@example('{"sample_rate": 16000, "channels": 1' + "0" * 5000 + "}")
+@example('{"sample_rate": 16000, "channels": 1' + "0" * 5000 + "}")  # int()'s digit limit
 def test_any_config_text_is_read_or_refused_in_one_line(message: str | bytes) -> None:
     _config_or_error(message)
 
@@ -125,7 +125,7 @@ END_MESSAGES = mutated(st.just({"type": "end"}), ("type", "extra")).map(json_tex
 
 
 @given(BROKEN_JSON | JSON_VALUES.map(json_text) | END_MESSAGES)
-@example("[" * 100_000)
+@example("[" * 100_000)  # RecursionError from the JSON reader
 def test_a_text_message_mid_audio_is_the_end_or_refused(message: str) -> None:
     try:
         ended = is_end(message)
@@ -238,6 +238,8 @@ RECORDS = EVENTS.flatmap(
 
 
 @given(RECORDS)
+# an infinite end time taken (the JSONL writer then refused it); 'v' quoted whole in the
+# message; 1e308 s taken (the SRT writer's millisecond arithmetic overflowed)
 @example((Final(1, 1.0, 1.0, 0, "a", 0.0, 0.0), {"type": "final", "seq": 1, "audio_s": 1.0,
           "wall_s": 1.0, "segment": 0, "text": "a", "start_s": 0.0, "end_s": float("inf")}))
 @example((Final(1, 1.0, 1.0, 0, "a", 0.0, 0.0), {"type": "final", "v": [10**400]}))
@@ -284,7 +286,7 @@ def test_event_from_dict_gives_an_event_or_one_value_error(
 
 @given(BROKEN_JSON | JSON_VALUES.map(json_text) | st.binary(max_size=64)
        | RECORDS.map(lambda item: json_text(item[1])))
-@example("[" * 100_000)
+@example("[" * 100_000)  # RecursionError from the JSON reader
 def test_any_server_message_is_a_record_or_one_server_error(message: str | bytes) -> None:
     try:
         record = read_record(message)
