@@ -153,17 +153,7 @@ def run_session_untimed(recognizer: Any, samples: np.ndarray, block: int, varian
     """streamasr's loop as `file` runs it (JSONL to a counting sink), with no timing wrapper:
     the wrapper's own calls (a clock read per step, every engine call through __getattr__,
     every field of each result read) would count against streamasr in the whole-run ratio."""
-    from streamasr.backends.base import EndpointOptions
-    from streamasr.output.render import JsonlRenderer
-    from streamasr.session.stream import StreamOptions, StreamSession
-
-    options = StreamOptions(endpoint=EndpointOptions(enabled=False))
-    session = StreamSession(recognizer, RATE, "long.wav", options)
-    if variant == "whole":
-        stream = session.stream
-        session.stream.hypothesis = lambda: whole_hypothesis(stream)  # type: ignore[method-assign]
-    renderer = JsonlRenderer(CountingSink(), "delta" if variant == "delta" else "full")  # type: ignore[arg-type]
-    renderer.begin("long.wav")
+    session, renderer, _ = session_and_renderer(recognizer, variant)
     decode_step = session.stream.decode_step
     for begin in range(0, len(samples), block):
         session.accept(samples[begin : begin + block])
@@ -174,9 +164,9 @@ def run_session_untimed(recognizer: Any, samples: np.ndarray, block: int, varian
         renderer.event(event)
 
 
-def run_session(recognizer: Any, samples: np.ndarray, block: int, variant: str) -> tuple[
-    list[float], int, list[float]
-]:
+def session_and_renderer(recognizer: Any, variant: str) -> tuple[Any, Any, CountingSink]:
+    """One utterance's StreamSession (no endpoints; `whole` re-reads the whole hypothesis)
+    and its JSONL renderer, begun, writing to a counting sink."""
     from streamasr.backends.base import EndpointOptions
     from streamasr.output.render import JsonlRenderer
     from streamasr.session.stream import StreamOptions, StreamSession
@@ -186,11 +176,18 @@ def run_session(recognizer: Any, samples: np.ndarray, block: int, variant: str) 
     if variant == "whole":
         stream = session.stream
         session.stream.hypothesis = lambda: whole_hypothesis(stream)  # type: ignore[method-assign]
-    timed = TimedEngine(session.stream.engine)
-    session.stream.engine = timed
     sink = CountingSink()
     renderer = JsonlRenderer(sink, "delta" if variant == "delta" else "full")  # type: ignore[arg-type]
     renderer.begin("long.wav")
+    return session, renderer, sink
+
+
+def run_session(recognizer: Any, samples: np.ndarray, block: int, variant: str) -> tuple[
+    list[float], int, list[float]
+]:
+    session, renderer, sink = session_and_renderer(recognizer, variant)
+    timed = TimedEngine(session.stream.engine)
+    session.stream.engine = timed
     loop: list[float] = []
     reads: list[float] = []
     for begin in range(0, len(samples), block):
