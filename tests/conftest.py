@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -165,6 +166,27 @@ def speech_stereo_44k(speech_22k: Path) -> Path:
         check=True,
     )
     return path
+
+
+# the stop signals whose handling an in-process run changes (cli.run installs its handlers; a
+# drained server ignores SIGINT and SIGTERM until it exits)
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def stop_signals_as_they_were() -> Iterator[None]:
+    """Each test leaves the worker's stop-signal handling as it found it.
+
+    A disposition left at SIG_IGN is inherited by every process a later test starts: a CLI
+    run without cli.run's handlers (or any child) would then ignore the SIGINT the test sends.
+    """
+    before = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    for signum, handler in before.items():
+        if handler is not None and signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 @pytest.fixture(scope="module")

@@ -28,13 +28,8 @@ MODEL = "tiny-en"  # the trained model: transcripts are words, so they can be co
 
 __all__ = ["pulse_server"]  # the fixture, imported for pytest
 
-RUNNER = (
-    "from streamasr.cli import app\n"
-    "from streamasr.commands import mic\n"
-    "if 'mic' not in {c.name for c in app.registered_commands}:\n"
-    "    mic.register(app)\n"
-    "app()\n"
-)
+# the command as the `streamasr` script runs it (cli.run: the stop-signal handling included)
+RUNNER = ["-m", "streamasr"]
 
 
 class Cli:
@@ -42,7 +37,7 @@ class Cli:
 
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", RUNNER, *args],
+            [sys.executable, *RUNNER, *args],
             env=env,
             cwd=REPO,
             stdout=subprocess.PIPE,
@@ -97,7 +92,7 @@ class Cli:
 
 def run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", RUNNER, *args],
+        [sys.executable, *RUNNER, *args],
         env=env or dict(os.environ),
         cwd=REPO,
         capture_output=True,
