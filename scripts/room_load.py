@@ -52,6 +52,7 @@ import soundfile as sf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from redis_local import RedisProcess, free_port  # noqa: E402
+from room_readers import decoded, open_reader, read_to_end  # noqa: E402
 from serve_load import CLIPS, REPO, child_pids, cpu_model, cpu_seconds, percentile  # noqa: E402
 
 from streamasr.server.room_broker import CLOCK_FIELD, ROOM_CLOCK_ENV  # noqa: E402
@@ -199,77 +200,26 @@ async def view_all(
 ) -> tuple[list[dict], float]:
     """`count` readers of the room until its publisher leaves, reader i on port
     ports[(offset + i) % len(ports)]; per reader what came when, and this process's CPU
-    seconds from the moment all had connected."""
-    from websockets.asyncio.client import connect
-
+    seconds from the moment all had connected to the talk's end (room_readers.py: readers
+    that stamp each event as its bytes arrive and decode the JSON after the talk)."""
     gate = asyncio.Semaphore(CONNECT_AT_ONCE)
-    opened = 0
-    cpu_start: list[float] = []
-
-    def arrived() -> None:
-        nonlocal opened
-        opened += 1
-        if opened == count:
-            connected.set()
-            cpu_start.append(time.process_time())
-
-    async def ws_viewer(port: int) -> dict:
-        got: list[tuple] = []
-        async with gate:
-            ws = await connect(f"ws://127.0.0.1:{port}/rooms/{ROOM}/ws", max_size=None)
-        arrived()
-        closed = None
-        try:
-            while True:
-                record = json.loads(await ws.recv())
-                now = time.monotonic()
-                if record["type"] == "status" and record["publisher"] is False:
-                    break
-                if "room_seq" in record:
-                    got.append(_row(record, now))
-        except Exception as exc:  # noqa: BLE001 - counted as a reader closed early
-            closed = repr(exc)
-        await ws.close()
-        return {"kind": "ws", "port": port, "events": got, "closed": closed}
-
-    async def sse_viewer(port: int) -> dict:
-        got: list[tuple] = []
-        async with gate:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(f"GET /rooms/{ROOM}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-            status = (await reader.readline()).decode().strip()
-            while (await reader.readline()).strip():
-                pass
-        arrived()
-        closed = None
-        if not status.endswith(" 200 OK"):  # refused: why
-            closed = f"{status}: {(await reader.read(300)).decode(errors='replace')}"
-        while closed is None:
-            line = await reader.readline()
-            if not line:
-                closed = "eof"
-                break
-            if not line.startswith(b"data: "):
-                continue
-            now = time.monotonic()
-            record = json.loads(line[6:])
-            if record["type"] == "close" or (
-                record["type"] == "status" and record["publisher"] is False
-            ):
-                closed = None if record["type"] == "status" else record["reason"]
-                break
-            if "room_seq" in record:
-                got.append(_row(record, now))
-        writer.close()
-        return {"kind": "sse", "port": port, "events": got, "closed": closed}
-
     sse = round(count * sse_share)
-    tasks = [
-        (sse_viewer if i < sse else ws_viewer)(ports[(offset + i) % len(ports)])
-        for i in range(count)
-    ]
-    readers = list(await asyncio.gather(*tasks))
-    return readers, time.process_time() - cpu_start[0]
+    kinds = ["sse" if i < sse else "ws" for i in range(count)]
+    opened = await asyncio.gather(*(
+        open_reader(kind, ports[(offset + i) % len(ports)], ROOM, gate)
+        for i, kind in enumerate(kinds)
+    ))  # fmt: skip
+    connected.set()
+    cpu_start = time.process_time()
+    await asyncio.gather(*(read_to_end(reader) for reader in opened))
+    cpu_s = time.process_time() - cpu_start
+    readers = []
+    for i, (kind, reader) in enumerate(zip(kinds, opened, strict=True)):
+        records, closed = decoded(reader)
+        got = [_row(record, at) for at, record in records if "room_seq" in record]
+        readers.append({"kind": kind, "port": ports[(offset + i) % len(ports)], "events": got,
+                        "closed": closed})  # fmt: skip
+    return readers, cpu_s
 
 
 def viewer_process(
