@@ -5,6 +5,7 @@ said, whether the server drains (SIGTERM), dies (SIGKILL) or goes silent (SIGSTO
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 import soundfile as sf
-from serve_fixture import serve
+from serve_fixture import http_get, serve, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 CLIP = REPO / "models" / "tiny-en" / "test_wavs" / "4.wav"  # THE RIGHT TIME TO ACT
@@ -37,19 +38,30 @@ def client(url: str, out: Path, *extra: str, env: dict[str, str] | None = None,
         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})  # fmt: skip
 
 
-def first_final(process: subprocess.Popen[bytes], out: Path) -> None:
-    """Feed the clip, then silence until its final is in the output's `.part` file."""
+def first_final(process: subprocess.Popen[bytes], out: Path) -> float:
+    """Feed the clip, then silence until its final is in the output's `.part` file; the
+    seconds of audio fed."""
     assert process.stdin is not None
     data, rate = speech()
     process.stdin.write(data)
     process.stdin.flush()
     part = out / "stdin.txt.part"
     deadline = time.monotonic() + 60
+    fed = len(data) // 2
     while not (part.exists() and part.read_text().strip()):
         assert time.monotonic() < deadline and process.poll() is None
         process.stdin.write(bytes(rate // 5))
         process.stdin.flush()
+        fed += rate // 10
         time.sleep(0.1)
+    return fed / rate
+
+
+def audio_decoded(http: str) -> float:
+    """The server's streamasr_audio_seconds_total (audio fed to its engine)."""
+    _, metrics = http_get(f"{http}/metrics")
+    match = re.search(r"^streamasr_audio_seconds_total (\S+)$", metrics, re.MULTILINE)
+    return float(match.group(1)) if match else 0.0
 
 
 def ended(process: subprocess.Popen[bytes], feed: bool = True) -> tuple[str, float]:
@@ -72,11 +84,16 @@ def ended(process: subprocess.Popen[bytes], feed: bool = True) -> tuple[str, flo
 def test_every_final_a_draining_server_sent_is_written(tmp_path: Path) -> None:
     with serve("--grace-s", "1") as server:
         process = client(server.url, tmp_path)
-        first_final(process, tmp_path)
+        fed_s = first_final(process, tmp_path)
         assert process.stdin is not None
-        process.stdin.write(sf.read(CLIP, dtype="int16")[0].tobytes())  # no endpoint yet
+        second, rate = sf.read(CLIP, dtype="int16")
+        process.stdin.write(second.tobytes())  # no endpoint yet
         process.stdin.flush()
-        time.sleep(1.0)
+        # the server has fed its engine the second clip but for the last part of a message
+        # (its speech ends 0.6 s before the clip does); on a loaded machine a fixed second
+        # was not always enough: the drain then cut it after "The right"
+        due_s = fed_s + len(second) / rate - 0.2
+        assert wait_for(lambda: audio_decoded(server.http) >= due_s, 60), audio_decoded(server.http)
         server.stop(signal.SIGTERM)  # drains: the open utterance's final, then the close
         stderr, _ = ended(process)
     assert "Traceback" not in stderr, stderr
