@@ -108,9 +108,10 @@ def test_every_final_a_draining_server_sent_is_written(tmp_path: Path) -> None:
         process = client(server.url, tmp_path)
         extra_s = first_final(process, tmp_path)
         extra_s += top_up_silence(process, extra_s)
-        fed_s = len(speech()[0]) / 2 / speech()[1] + extra_s
+        first, rate = speech()
+        fed_s = len(first) / 2 / rate + extra_s
         assert process.stdin is not None
-        second, rate = sf.read(CLIP, dtype="int16")
+        second = sf.read(CLIP, dtype="int16")[0]
         process.stdin.write(second.tobytes())  # no endpoint yet
         process.stdin.flush()
         # the server has fed its engine the second clip up to past "time" (0.96 s into it;
