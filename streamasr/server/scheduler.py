@@ -76,6 +76,9 @@ from streamasr.session.stream import StreamOptions, StreamSession
 
 log = logging.getLogger("streamasr")
 
+#: The longest fed audio waits to be added to the audio counter (seconds).
+FED_COUNT_S = 0.25
+
 #: A round in flight: its utterances and the engine call's (stepped, seconds) to come.
 _Flight = tuple[list[Utterance], "asyncio.Future[tuple[list[bool], float]]"]
 
@@ -118,6 +121,8 @@ class Scheduler:
         self.schedule = schedule
         self._origin_s = clock()
         self._wake = asyncio.Event()
+        self._fed_s = 0.0  # audio fed since the audio counter was last added to
+        self._fed_timer: asyncio.TimerHandle | None = None
 
     async def open(
         self,
@@ -201,7 +206,7 @@ class Scheduler:
                 block = utterance.blocks.popleft()
                 utterance.queued_samples -= len(block)
                 session.accept(block)
-                self.metrics.audio_s.inc(len(block) / utterance.config.sample_rate)
+                self._count_fed(len(block) / utterance.config.sample_rate)
                 utterance.check = True
                 if not utterance.blocks:
                     utterance.drained.set()
@@ -211,6 +216,22 @@ class Scheduler:
                 utterance.check = session.end_input()
                 continue
             return False
+
+    def _count_fed(self, seconds: float) -> None:
+        """Add fed audio to the audio counter within FED_COUNT_S, not per block: with
+        --workers each counter increment is a write to a shared file (a block every 100 ms
+        of every session). An utterance's close adds what is pending at once."""
+        self._fed_s += seconds
+        if self._fed_timer is None:
+            self._fed_timer = asyncio.get_running_loop().call_later(FED_COUNT_S, self._add_fed)
+
+    def _add_fed(self) -> None:
+        if self._fed_timer is not None:
+            self._fed_timer.cancel()
+            self._fed_timer = None
+        if self._fed_s:
+            self.metrics.audio_s.inc(self._fed_s)
+            self._fed_s = 0.0
 
     def end(self, utterance: Utterance) -> asyncio.Future[None]:
         """End of input: the rest is fed, the tail padded; the future ends after the summary."""
@@ -429,6 +450,7 @@ class Scheduler:
         )
         utterance.renderer.end(summary)
         self._send(utterance)
+        self._add_fed()  # a finished utterance's audio is counted by its summary
         self.metrics.utterances.inc()
         if utterance.done is not None and not utterance.done.done():
             utterance.done.set_result(None)
