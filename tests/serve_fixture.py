@@ -172,6 +172,14 @@ def http_get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def audio_fed_s(http: str) -> float | None:
+    """The server's streamasr_audio_seconds_total: audio fed to its engine (None: /metrics
+    does not show it, as before the first audio)."""
+    metrics = http_get(f"{http}/metrics")[1]
+    match = re.search(r"^streamasr_audio_seconds_total (\S+)$", metrics, re.MULTILINE)
+    return float(match.group(1)) if match else None
+
+
 def wait_for(condition: Any, limit_s: float = 30.0) -> bool:
     """Poll `condition()` until true or `limit_s` passes (for states, never for timings)."""
     end = time.monotonic() + limit_s

@@ -5,7 +5,6 @@ said, whether the server drains (SIGTERM), dies (SIGKILL) or goes silent (SIGSTO
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import time
 from pathlib import Path
 
 import soundfile as sf
-from serve_fixture import http_get, serve, wait_for
+from serve_fixture import audio_fed_s, serve, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 CLIP = REPO / "models" / "tiny-en" / "test_wavs" / "4.wav"  # THE RIGHT TIME TO ACT
@@ -80,10 +79,8 @@ def top_up_silence(process: subprocess.Popen[bytes], extra_s: float) -> float:
 
 
 def audio_decoded(http: str) -> float:
-    """The server's streamasr_audio_seconds_total (audio fed to its engine)."""
-    _, metrics = http_get(f"{http}/metrics")
-    match = re.search(r"^streamasr_audio_seconds_total (\S+)$", metrics, re.MULTILINE)
-    return float(match.group(1)) if match else 0.0
+    """Audio fed to the server's engine so far (0 until /metrics shows any)."""
+    return audio_fed_s(http) or 0.0
 
 
 def ended(process: subprocess.Popen[bytes], feed: bool = True) -> tuple[str, float]:

@@ -22,6 +22,7 @@ import soundfile as sf
 from serve_fixture import (
     WAVS,
     ServerProcess,
+    audio_fed_s,
     clip,
     comparable,
     file_events,
@@ -101,10 +102,9 @@ def test_audio_sent_all_at_once_is_decoded_as_file_decodes_it(
 
 def audio_seconds(server: ServerProcess) -> float:
     """Seconds of audio the server has fed to its engine (all sessions)."""
-    metrics = http_get(server.http + "/metrics")[1]
-    match = re.search(r"^streamasr_audio_seconds_total (\S+)$", metrics, re.MULTILINE)
-    assert match, "streamasr_audio_seconds_total missing from /metrics"
-    return float(match.group(1))
+    fed = audio_fed_s(server.http)
+    assert fed is not None, "streamasr_audio_seconds_total missing from /metrics"
+    return fed
 
 
 async def fed_before_end(server: ServerProcess, path: str, reaches: float, **config: object
