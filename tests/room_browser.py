@@ -76,10 +76,14 @@ def fetched(driver: Any, url: str) -> bytes:
     return base64.b64decode(driver.execute_async_script(FETCH, url))
 
 
-def shown(driver: Any) -> list[str]:
-    from selenium.webdriver.common.by import By
+SHOWN = 'return Array.from(document.querySelectorAll("#captions .final"), (e) => e.innerText);'
 
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#captions .final")]
+
+def shown(driver: Any) -> list[str]:
+    """The finals on the page, read in one step: the page replaces its captions when a new
+    talk begins, and finding the elements first, then reading each one's text, could meet
+    an element already gone (StaleElementReferenceException)."""
+    return [str(text) for text in driver.execute_script(SHOWN)]
 
 
 class Proxy:
