@@ -27,6 +27,9 @@ SINK = "streamasr_test"
 SINK_RATE = 44100
 
 
+PLAYER_BUFFER_MS = 30_000  # longer than any clip a test plays
+
+
 @dataclass
 class PulseServer:
     """A running private server and the environment its clients need."""
@@ -37,9 +40,14 @@ class PulseServer:
     sink: str = SINK
 
     def play(self, wav: Path) -> subprocess.Popen[bytes]:
-        """Start playing a file into the null sink (what the 'microphone' will hear)."""
+        """Start playing a file into the null sink (what the 'microphone' will hear).
+
+        The player's buffer holds a whole clip, so its stream starts playing only once the
+        file is in the server (paplay's drain at the end of the file starts it): with the
+        default 2 s buffer a player starved on a loaded machine could run dry mid-clip and
+        the sink play silence into the capture."""
         return subprocess.Popen(
-            ["paplay", f"--device={self.sink}", str(wav)],
+            ["paplay", f"--device={self.sink}", f"--latency-msec={PLAYER_BUFFER_MS}", str(wav)],
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -86,7 +94,10 @@ def start_pulse(directory: Path, timeout_s: float = 15.0) -> PulseServer:
             "-n",
             "--log-target=stderr",
             f"--load=module-native-protocol-unix auth-anonymous=1 socket={directory / 'native'}",
-            f"--load=module-null-sink sink_name={SINK} rate={SINK_RATE} channels=2",
+            # norewinds: a sink input starting (or back from an underrun) makes the sink rewind
+            # and render again what it had rendered ahead; the monitor had already handed that
+            # to the capture, so on a loaded machine the capture held a mangled clip
+            f"--load=module-null-sink sink_name={SINK} rate={SINK_RATE} channels=2 norewinds=1",
         ],
         env=server_env,
         stdout=log,

@@ -238,7 +238,7 @@ def test_mic_transcript_equals_file_transcript_and_save_reproduces_the_audio(
     assert saved_rate == rate and len(saved) == round(duration * rate)
     start = offset_of(played, saved)
     assert 0 <= start and start + len(played) <= len(saved)
-    assert np.array_equal(saved[start : start + len(played)], played)
+    assert np.array_equal(saved[start : start + len(played)], played), mic.stderr
 
     # replaying the saved capture through `file` gives exactly the live transcript
     assert file_text(saved_path) == summary["text"]
