@@ -9,6 +9,7 @@ ssl or websockets that do not say what to change.
 
 from __future__ import annotations
 
+import logging
 import ssl
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -22,6 +23,11 @@ WS_PATH = "/ws"
 #: The largest message the client takes: far above any event or summary the server sends
 #: (a summary's text of hours of speech is well under 1 MiB), far below what hurts.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: The websockets library's own logger for our connections, silenced: its reading thread logs
+#: a traceback ("unexpected internal error") when a server ends the stream mid-read, as a
+#: TLS server refusing a token does, beside the one-line error this client then reports.
+QUIET_LIBRARY_LOG = logging.getLogger("streamasr.client.websockets")
+QUIET_LIBRARY_LOG.disabled = True
 #: The variable the token comes from on the command line.
 TOKEN_VARIABLE = "STREAMASR_TOKEN"
 #: A CA bundle is a few hundred kB (the system's, certifi's); a file far larger is not one.
@@ -55,7 +61,8 @@ def open_connection(
         tls["ssl"] = trusting(cafile)
     try:
         connection = ws_connect(target, additional_headers=headers, open_timeout=open_timeout_s,
-                                compression=None, max_size=MAX_MESSAGE_BYTES, **tls)  # fmt: skip
+                                compression=None, max_size=MAX_MESSAGE_BYTES,
+                                logger=QUIET_LIBRARY_LOG, **tls)  # fmt: skip
         # entered as a context manager (closed in close()): what websockets >= 16 asks
         return connection.__enter__()
     except InvalidURI:
