@@ -414,6 +414,7 @@ def test_a_new_publisher_takes_over_from_one_still_connected(server: ServerProce
     taken, closed, late = asyncio.run(run())
     assert closed.code == 4409 and "room over: another speaker took over" in closed.reason
     assert without_room(late.finals) == without_room([r for r in taken if r["type"] == "final"])
+    assert late.events[-1]["publisher"] is False
 
 
 def test_feeds_over_tls(tmp_path: Path) -> None:
