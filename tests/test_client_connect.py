@@ -66,6 +66,20 @@ def test_a_tls_server_reached_with_ws_untrusted_or_without_its_token(tmp_path: P
             assert trusted.stdout.strip()  # the server's text came back
 
 
+def test_an_input_that_cannot_be_read_is_said_before_connecting(tmp_path: Path) -> None:
+    """The missing file is the mistake to name, not the server nobody has started yet."""
+    missing = tmp_path / "nope.wav"
+    done = subprocess.run(
+        [sys.executable, "-m", "streamasr", "file", str(missing), "--server",
+         "ws://127.0.0.1:9/ws", "-f", "text"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1, done.stderr
+    assert str(missing) in lines[0] and "listen" not in lines[0], lines[0]
+
+
 def test_a_cafile_that_cannot_be_one_is_one_line_before_connecting(tmp_path: Path) -> None:
     _, key = self_signed(tmp_path)
     empty = tmp_path / "empty.pem"

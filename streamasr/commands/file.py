@@ -118,8 +118,7 @@ def register(app: typer.Typer) -> None:
             renderer, draws = file_renderer(
                 output_dir, fmt, partials, paths, realtime, quiet, cue_rules
             )
-            if server is None:
-                check_inputs_exist(paths)
+            check_inputs_exist(paths)  # before a model loads or a server is dialled
             by_server, asked = room_finishing(room, punctuate, sentence_case)
             finishing = by_server or load_finishing(punctuate, sentence_case)
         renderer = finished(renderer, finishing)
