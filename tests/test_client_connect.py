@@ -16,18 +16,20 @@ REPO = Path(__file__).resolve().parent.parent
 CLIP = REPO / "models" / "tiny-en" / "test_wavs" / "4.wav"
 
 
-def file_on(url: str, *args: str, code: int = 1, **env: str) -> str:
-    """The one error line of `file CLIP --server URL ARGS`, which exits `code`."""
-    done = run_file(url, *args, **env)
+def file_on(url: str, *args: str, code: int = 1, audio: Path = CLIP, **env: str) -> str:
+    """The one error line of `file AUDIO --server URL ARGS`, which exits `code`."""
+    done = run_file(url, *args, audio=audio, **env)
     assert done.returncode == code and "Traceback" not in done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     return lines[0]
 
 
-def run_file(url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def run_file(
+    url: str, *args: str, audio: Path = CLIP, **env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "streamasr", "file", str(CLIP), "--server", url, "-f", "text",
+        [sys.executable, "-m", "streamasr", "file", str(audio), "--server", url, "-f", "text",
          *args],
         cwd=REPO, capture_output=True, text=True, timeout=120,
         env={**{k: v for k, v in os.environ.items() if k not in ("STREAMASR_TOKEN",
@@ -69,15 +71,8 @@ def test_a_tls_server_reached_with_ws_untrusted_or_without_its_token(tmp_path: P
 def test_an_input_that_cannot_be_read_is_said_before_connecting(tmp_path: Path) -> None:
     """The missing file is the mistake to name, not the server nobody has started yet."""
     missing = tmp_path / "nope.wav"
-    done = subprocess.run(
-        [sys.executable, "-m", "streamasr", "file", str(missing), "--server",
-         "ws://127.0.0.1:9/ws", "-f", "text"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode != 0 and len(lines) == 1, done.stderr
-    assert str(missing) in lines[0] and "listen" not in lines[0], lines[0]
+    line = file_on("ws://127.0.0.1:9/ws", audio=missing)  # nothing listens there
+    assert str(missing) in line and "listen" not in line, line
 
 
 def test_a_cafile_that_cannot_be_one_is_one_line_before_connecting(tmp_path: Path) -> None:
