@@ -14,7 +14,8 @@ scalar, four times slower than the eight nodes.
 Only that exact shape is rewritten, only in the main graph, and only where the zero is a
 constant; a graph whose weights live in external files is left alone (its paths are not
 ours to follow). Intermediate results something else reads are kept. The cache's build
-step runs this before ONNX Runtime optimises the graph (graph_build.py).
+step runs this, and conv_rewrite.py's depthwise convolutions, before ONNX Runtime optimises
+the graph (graph_build.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import importlib.util
 from collections import defaultdict
 from typing import Any  # onnx's protobuf classes carry no useful types
 
-VERSION = 1  # part of a cache entry's key: bump when what is rewritten changes
+from streamasr.backends.sherpa.conv_rewrite import rewrite_depthwise_conv1d
+
+VERSION = 2  # part of a cache entry's key: bump when what is rewritten changes
 
 
 def key() -> str:
@@ -192,7 +195,7 @@ def rewrite_file(source: str, target: str) -> int:
     model = onnx.load(source, load_external_data=False)
     if has_external_data(model):
         return 0
-    count = rewrite_softplus(model)
+    count = rewrite_softplus(model) + rewrite_depthwise_conv1d(model)
     if count:
         onnx.save(model, target)
     return count
