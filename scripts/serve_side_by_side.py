@@ -26,6 +26,9 @@ one process, N engine threads: each server's own way to use the cores):
   server) runs it at every pool size from 1 to the core count and keeps the one that held
   the most clients (on a tie, the least CPU per audio second); the record says which
   ("sherpa_pool") and what the pre-pass found,
+- with `--sherpa-graphs`, also sherpa-onnx's server on the graphs streamasr loads
+  ("sherpa-onnx-graphs": the graph cache's rewritten, optimised files, same pool size), so
+  a run tells the engine's share of a lead (the graphs) from the server's,
 - with `--file-settings`, also `streamasr serve --block-ms 320 --tail-padding 0.66`
   ("streamasr-file": `streamasr file`'s defaults, one chunk and 0.66 s),
 - with `--baseline PATH`, the `streamasr serve` of another checkout (a git worktree of an
@@ -117,6 +120,18 @@ def model_files(folder: Path) -> dict[str, Path]:
     if not found["tokens"].is_file():
         raise SystemExit(f"{folder}: no tokens.txt")
     return found
+
+
+def cached_graphs(files: dict[str, Path]) -> dict[str, Path]:
+    """`files` with each graph swapped for the graph cache's entry: what `streamasr serve`
+    loads (built here if missing)."""
+    from streamasr.backends.sherpa import graph_cache
+
+    parts = ("encoder", "decoder", "joiner")
+    optimised = graph_cache.optimised_paths([files[part] for part in parts])
+    if optimised == [files[part] for part in parts]:
+        raise SystemExit("--sherpa-graphs: the graph cache is off or cannot build entries here")
+    return {**files, **dict(zip(parts, optimised, strict=True))}
 
 
 def wait_port(port: int, process: subprocess.Popen[bytes], name: str) -> None:
@@ -239,6 +254,8 @@ def main() -> None:
     parser.add_argument("--sherpa-pool", type=int, default=None,
                         help="sherpa-onnx's server's --nn-pool-size (decoding threads); default: "
                              "each from 1 to the core count in a short pre-pass, the best kept")
+    parser.add_argument("--sherpa-graphs", action="store_true",
+                        help="also sherpa-onnx's server on streamasr's cached graphs")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="another streamasr checkout (e.g. a git worktree of an earlier "
                              "commit): its serve runs too, as streamasr-baseline, same settings")
@@ -263,7 +280,7 @@ def main() -> None:
                   for schedule in schedules}
         baseline = ["streamasr-baseline"] if args.baseline is not None else []
         names = [*served, *baseline, *(["streamasr-file"] if args.file_settings else []),
-                 "sherpa-onnx"]
+                 "sherpa-onnx", *(["sherpa-onnx-graphs"] if args.sherpa_graphs else [])]
         ports = {name: free_port() for name in names}
         serve = serve_command(model, args.threads, args.workers)
         commands = {
@@ -276,9 +293,14 @@ def main() -> None:
             if args.file_settings else [],
             "sherpa-onnx": sherpa_command(files, ports["sherpa-onnx"],
                                           args.sherpa_threads or args.threads),
+            "sherpa-onnx-graphs": sherpa_command(cached_graphs(files),
+                                                 ports["sherpa-onnx-graphs"],
+                                                 args.sherpa_threads or args.threads)
+            if args.sherpa_graphs else [],
         }
         commands = {name: command for name, command in commands.items() if command}
-        cwds = {"sherpa-onnx": Path(tmp), "streamasr-baseline": args.baseline or REPO}
+        cwds = {"sherpa-onnx": Path(tmp), "sherpa-onnx-graphs": Path(tmp),
+                "streamasr-baseline": args.baseline or REPO}
         pool, prepass = args.sherpa_pool, None
         if pool is None:  # each pool size in a short pass beside the first streamasr server
             pools = list(range(1, (os.cpu_count() or 1) + 1))
@@ -295,7 +317,9 @@ def main() -> None:
                                   ["--ladder", args.ladder, "--duration-s", PREPASS_S,
                                    "--repeats", "1"])
             pool = best_pool(prepass["capacity"], prepass["runs"], pools)
-        commands["sherpa-onnx"] = [*commands["sherpa-onnx"], "--nn-pool-size", str(pool)]
+        for name in ("sherpa-onnx", "sherpa-onnx-graphs"):
+            if name in commands:
+                commands[name] = [*commands[name], "--nn-pool-size", str(pool)]
         overload = ["--overload"] if args.overload else []
         result = run_servers(commands, cwds, ports,
                              ["--ladder", args.ladder, "--duration-s", args.duration_s,
