@@ -44,7 +44,7 @@ def rewrite_depthwise_conv1d(model: Any) -> int:
             planar[weight.name] = _unused(f"{weight.name}/planar", taken)
             kernel = numpy_helper.to_array(weight)[:, :, None, :]
             graph.initializer.append(numpy_helper.from_array(kernel, planar[weight.name]))
-        replaced[index] = _replacement(node, planar[weight.name], axes)
+        replaced[index] = _replacement(node, planar[weight.name], axes, taken)
         readers[weight.name] -= 1
     for name in planar:
         if readers[name] == 0:
@@ -67,15 +67,20 @@ def _is_depthwise_1d(node: Any, weight: Any) -> bool:
     attributes = {a.name: a for a in node.attribute}
     if "auto_pad" in attributes and attributes["auto_pad"].s not in (b"", b"NOTSET"):
         return False
+    lengths = {"kernel_shape": 1, "pads": 2, "strides": 1, "dilations": 1}
+    if any(len(attributes[name].ints) != length
+           for name, length in lengths.items() if name in attributes):
+        return False  # not a well-formed 1-D Conv: left for ONNX Runtime to judge
     return attributes["group"].i == dims[0] if "group" in attributes else dims[0] == 1
 
 
-def _replacement(conv: Any, weight: str, axes: str | None) -> list[Any]:
+def _replacement(conv: Any, weight: str, axes: str | None, taken: set[str]) -> list[Any]:
     """Unsqueeze -> Conv (1 x K) -> Squeeze, writing `conv`'s output."""
     from onnx import helper
 
     base = conv.name or conv.output[0]
-    planar_in, planar_out = f"{base}/planar/in", f"{base}/planar/out"
+    planar_in = _unused(f"{base}/planar/in", taken)
+    planar_out = _unused(f"{base}/planar/out", taken)
     attributes = {a.name: helper.get_attribute_value(a) for a in conv.attribute}
     pads = list(attributes.get("pads", [0, 0]))
     planar = {
