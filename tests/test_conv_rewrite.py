@@ -100,6 +100,38 @@ def test_a_weight_two_convs_read_is_made_planar_once() -> None:
     assert [t.name for t in model.graph.initializer if t.name.startswith("w")] == ["w/planar"]
 
 
+def test_a_weight_the_graph_also_outputs_is_kept() -> None:
+    model = conv1d(8, 12, 5, pads=[2, 2])
+    model.graph.output.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [8, 1, 5]))
+    x = RNG.standard_normal((2, 8, 12)).astype(np.float32)
+    before = ReferenceEvaluator(model).run(None, {"x": x})
+    assert rewrite_depthwise_conv1d(model) == 1
+    onnx.checker.check_model(model)
+    after = ReferenceEvaluator(model).run(None, {"x": x})
+    assert np.allclose(after[0], before[0], rtol=1e-5, atol=1e-5)
+    assert np.array_equal(after[1], before[1])
+
+
+def test_a_weight_a_subgraph_reads_is_kept() -> None:
+    """An If whose branches read the weight from the outer graph: it must stay there."""
+    model = conv1d(8, 12, 5, pads=[2, 2])
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["picked"])], "branch", [],
+        [helper.make_tensor_value_info("picked", TensorProto.FLOAT, [8, 1, 5])])
+    model.graph.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    model.graph.node.append(helper.make_node("If", ["cond"], ["chosen"], then_branch=branch,
+                                             else_branch=branch))
+    model.graph.output.append(
+        helper.make_tensor_value_info("chosen", TensorProto.FLOAT, [8, 1, 5]))
+    feeds = {"x": RNG.standard_normal((2, 8, 12)).astype(np.float32), "cond": np.array(True)}
+    before = ReferenceEvaluator(model).run(None, feeds)
+    assert rewrite_depthwise_conv1d(model) == 1
+    onnx.checker.check_model(model)
+    after = ReferenceEvaluator(model).run(None, feeds)
+    assert np.allclose(after[0], before[0], rtol=1e-5, atol=1e-5)
+    assert np.array_equal(after[1], before[1])
+
+
 @pytest.mark.parametrize("case", ["grouped", "planar", "auto_pad", "weight_as_input",
                                   "pads_of_2d"])
 def test_what_is_not_a_depthwise_conv1d_is_left_alone(case: str) -> None:

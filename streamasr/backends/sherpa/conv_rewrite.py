@@ -10,7 +10,8 @@ the graph: 10-30x faster per node at the encoder's shapes, equal up to float rou
 sums are taken in another order).
 
 Only a Conv whose weight is an initializer of shape (C, 1, K) with `group` C and no
-`auto_pad` is rewritten; anything else is left as exported.
+`auto_pad` is rewritten; anything else is left as exported. The 1-D weight is dropped only
+where nothing else reads it (another node, a graph output, an If or Loop body).
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def rewrite_depthwise_conv1d(model: Any) -> int:
             graph.initializer.append(numpy_helper.from_array(kernel, planar[weight.name]))
         replaced[index] = _replacement(node, planar[weight.name], axes, taken)
         readers[weight.name] -= 1
+    still_read = {value.name for value in graph.output} | _read_in_subgraphs(graph)
     for name in planar:
-        if readers[name] == 0:
+        if readers[name] == 0 and name not in still_read:
             graph.initializer.remove(weights[name])
     if replaced:
         if axes is not None:
@@ -101,6 +103,18 @@ def _replacement(conv: Any, weight: str, axes: str | None, taken: set[str]) -> l
         helper.make_node("Squeeze", [planar_out, *axis_input], [conv.output[0]],
                          name=f"{base}/planar/squeeze", **axis_args),
     ]
+
+
+def _read_in_subgraphs(graph: Any) -> set[str]:
+    """The names read by nodes of `graph`'s subgraphs (If, Loop, Scan bodies), at any depth:
+    an outer initializer they read must stay."""
+    read: set[str] = set()
+    for node in graph.node:
+        for attribute in node.attribute:
+            for body in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                read |= {name for inner in body.node for name in inner.input}
+                read |= _read_in_subgraphs(body)
+    return read
 
 
 def _unused(name: str, taken: set[str]) -> str:
