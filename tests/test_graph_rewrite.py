@@ -194,3 +194,24 @@ def test_without_the_onnx_package_the_cache_optimises_without_rewriting(
     assert with_onnx.parent != Path(graph).parent
     record = json.loads((with_onnx.parent / graph_cache.ENTRY_FILE).read_text())
     assert record["rewrites"] == 39 + 28
+
+
+def test_an_intermediate_a_subgraph_reads_is_kept() -> None:
+    """An If whose branch reads `exp` from the outer graph: the node making it must stay."""
+    model = swoosh_l("shaped")
+    branch = helper.make_graph([helper.make_node("Identity", ["exp"], ["picked"])], "branch",
+                               [], [helper.make_tensor_value_info("picked", TensorProto.FLOAT,
+                                                                  [None])])
+    model.graph.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    model.graph.node.append(helper.make_node("If", ["cond"], ["chosen"], then_branch=branch,
+                                             else_branch=branch))
+    model.graph.output.append(helper.make_tensor_value_info("chosen", TensorProto.FLOAT, [None]))
+    feeds = {"x": inputs(), "cond": np.array(True)}
+    with np.errstate(all="ignore"):
+        before = ReferenceEvaluator(model).run(None, feeds)
+    assert rewrite_softplus(model) == 1
+    onnx.checker.check_model(model)
+    with np.errstate(all="ignore"):
+        after = ReferenceEvaluator(model).run(None, feeds)
+    assert np.array_equal(after[1], before[1])
+    assert np.allclose(after[0], before[0], rtol=1e-6, atol=1e-6)

@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from typing import Any  # onnx's protobuf classes carry no useful types
 
+import numpy as np
+
+from streamasr.backends.sherpa.graph_rewrite import read_in_subgraphs
+
 AXIS = 2  # the height axis the 1-D signal gets, of size 1
 
 
@@ -47,13 +51,13 @@ def rewrite_depthwise_conv1d(model: Any) -> int:
             graph.initializer.append(numpy_helper.from_array(kernel, planar[weight.name]))
         replaced[index] = _replacement(node, planar[weight.name], axes, taken)
         readers[weight.name] -= 1
-    still_read = {value.name for value in graph.output} | _read_in_subgraphs(graph)
+    still_read = {value.name for value in graph.output} | read_in_subgraphs(graph)
     for name in planar:
         if readers[name] == 0 and name not in still_read:
             graph.initializer.remove(weights[name])
     if replaced:
         if axes is not None:
-            graph.initializer.append(numpy_helper.from_array(_int64([AXIS]), axes))
+            graph.initializer.append(numpy_helper.from_array(np.array([AXIS], np.int64), axes))
         nodes = [new for index, node in enumerate(graph.node)
                  for new in replaced.get(index, [node])]
         del graph.node[:]
@@ -105,27 +109,9 @@ def _replacement(conv: Any, weight: str, axes: str | None, taken: set[str]) -> l
     ]
 
 
-def _read_in_subgraphs(graph: Any) -> set[str]:
-    """The names read by nodes of `graph`'s subgraphs (If, Loop, Scan bodies), at any depth:
-    an outer initializer they read must stay."""
-    read: set[str] = set()
-    for node in graph.node:
-        for attribute in node.attribute:
-            for body in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-                read |= {name for inner in body.node for name in inner.input}
-                read |= _read_in_subgraphs(body)
-    return read
-
-
 def _unused(name: str, taken: set[str]) -> str:
     """`name`, or it lengthened until nothing in `taken` has it; then taken too."""
     while name in taken:
         name += "_"
     taken.add(name)
     return name
-
-
-def _int64(values: list[int]) -> Any:
-    import numpy as np
-
-    return np.array(values, dtype=np.int64)
