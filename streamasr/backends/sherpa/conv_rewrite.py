@@ -20,7 +20,7 @@ from typing import Any  # onnx's protobuf classes carry no useful types
 
 import numpy as np
 
-from streamasr.backends.sherpa.graph_rewrite import read_in_subgraphs
+from streamasr.backends.sherpa.graph_reads import read_in_subgraphs
 
 AXIS = 2  # the height axis the 1-D signal gets, of size 1
 

@@ -24,6 +24,9 @@ import importlib.util
 from collections import defaultdict
 from typing import Any  # onnx's protobuf classes carry no useful types
 
+from streamasr.backends.sherpa.conv_rewrite import rewrite_depthwise_conv1d
+from streamasr.backends.sherpa.graph_reads import read_in_subgraphs
+
 VERSION = 2  # part of a cache entry's key: bump when what is rewritten changes
 
 
@@ -169,19 +172,6 @@ def _is_zeros(tensor: Any) -> bool:
     return bool((numpy_helper.to_array(tensor) == 0).all())
 
 
-def read_in_subgraphs(graph: Any) -> set[str]:
-    """The names read by nodes of `graph`'s subgraphs (If, Loop, Scan bodies), at any depth:
-    a body reads outer results and initializers by name, not through its node's inputs, so
-    what makes them must stay."""
-    read: set[str] = set()
-    for node in graph.node:
-        for attribute in node.attribute:
-            for body in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-                read |= {name for inner in body.node for name in inner.input}
-                read |= read_in_subgraphs(body)
-    return read
-
-
 def _read_nodes(nodes: list[Any], outputs: set[str]) -> list[Any]:
     """The nodes whose results something reads (a graph output, or a node kept), in order:
     one walk from the end drops the old subgraph, which nothing reads any more."""
@@ -207,9 +197,6 @@ def rewrite_file(source: str, target: str) -> int:
     model = onnx.load(source, load_external_data=False)
     if has_external_data(model):
         return 0
-    # here, not at the top: conv_rewrite imports this module's read_in_subgraphs
-    from streamasr.backends.sherpa.conv_rewrite import rewrite_depthwise_conv1d
-
     count = rewrite_softplus(model) + rewrite_depthwise_conv1d(model)
     if count:
         onnx.save(model, target)
