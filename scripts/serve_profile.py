@@ -364,10 +364,17 @@ async def profile_server(server: Server, args: argparse.Namespace, onset: dict[s
         spy = ["py-spy", "record", "--native", "--format", "raw",
                "-r", str(args.rate), "-d", str(args.profile_s), "--pid", str(pid),
                "-o", str(raw), *(["--subprocesses"] if server.subprocesses else [])]
-        profiled = await measured_run(target, args.clients, args.duration_s, onset,
-                                      (lead_s, spy))
-        print(json.dumps({"profiled": server.name, "cpu": profiled["server_cpu_per_audio_s"],
-                          "load": profiled["load_1min"]}), file=sys.stderr, flush=True)
+        for attempt in range(1, args.spy_tries + 1):  # py-spy --native now and then crashes
+            raw.unlink(missing_ok=True)
+            profiled = await measured_run(target, args.clients, args.duration_s, onset,
+                                          (lead_s, spy))
+            profiled["py_spy"]["attempt"] = attempt
+            print(json.dumps({"profiled": server.name, "cpu": profiled["server_cpu_per_audio_s"],
+                              "load": profiled["load_1min"],
+                              "py_spy_returncode": profiled["py_spy"]["returncode"]}),
+                  file=sys.stderr, flush=True)
+            if profiled["py_spy"]["returncode"] == 0:
+                break
     return {"command": shown(server.command), "plain": plain, "profiled": profiled,
             "py_spy_command": shown(spy),
             "profile": classify(raw, rules).record() if raw.is_file() else None}
@@ -455,6 +462,9 @@ def main() -> None:
     parser.add_argument("--profile-s", type=int, default=20,
                         help="py-spy's recording, from the middle of the profiled run")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--spy-tries", type=int, default=3,
+                        help="profiled runs per server until py-spy exits cleanly (its "
+                             "--native unwinding crashes now and then; each try is recorded)")
     parser.add_argument("--workers", type=int, default=2, help="streamasr serve --workers")
     parser.add_argument("--threads", type=int, default=1, help="engine threads, both servers")
     parser.add_argument("--sherpa-pool", type=int, default=2,
@@ -478,6 +488,8 @@ def main() -> None:
         return
     if args.sherpa_onnx is None:
         parser.error("--sherpa-onnx PATH (a git clone of k2-fsa/sherpa-onnx) is required")
+    if not 1 <= args.spy_tries <= 10:
+        parser.error("--spy-tries: 1 to 10")
     if not 1 <= args.clients <= serve_load.MAX_CLIENTS:
         parser.error(f"--clients: 1 to {serve_load.MAX_CLIENTS}")
     if not (1 <= args.profile_s and args.profile_s + 5 <= args.duration_s <= 120):

@@ -65,6 +65,9 @@ class Connection:
         # when that timer fires: kept here, as uvloop hands out a plain Handle (no when())
         # for a time that is due at once
         self._timer_at = 0.0
+        # the event loop, looked up once: asyncio.get_running_loop() is a getpid() system
+        # call each time, and _receive runs once per audio message
+        self._loop: asyncio.AbstractEventLoop | None = None
         # the wire-free part: utterances, room publishing (server/client_session.py)
         self.session = ClientSession(
             server, on_records=self.deliver_records, on_stop=self.request_stop
@@ -105,7 +108,13 @@ class Connection:
 
     def _arm(self, deadline: float) -> None:
         self._timer_at = deadline
-        self._timer = asyncio.get_running_loop().call_at(deadline, self._on_deadline)
+        self._timer = self._running_loop().call_at(deadline, self._on_deadline)
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def deliver_records(self, records: list[Record]) -> None:
         """The open utterance's wire records (its room has them too): a line each."""
@@ -224,7 +233,7 @@ class Connection:
         One plain await per message, as it is the server's most frequent step: no helper
         tasks and no timer per message. The time limit is a deadline the connection's timer
         checks when it fires; it and request_stop end the wait by cancelling this task."""
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         session_left = self.limits.max_session_s - (time.monotonic() - self.started)
         wait_s = max(0.0, min(timeout_s, session_left))
         if self.stop_requested is not None:
@@ -234,7 +243,7 @@ class Connection:
             if self._timer is not None:
                 self._timer.cancel()
             self._arm(deadline)
-        task = asyncio.current_task()
+        task = asyncio.current_task(loop)
         self._receiving = task
         try:
             return await self.ws.recv()
