@@ -51,11 +51,11 @@ def rewrite_depthwise_conv1d(model: Any) -> int:
             graph.initializer.append(numpy_helper.from_array(kernel, planar[weight.name]))
         replaced[index] = _replacement(node, planar[weight.name], axes, taken)
         readers[weight.name] -= 1
-    still_read = {value.name for value in graph.output} | read_in_subgraphs(graph)
-    for name in planar:
-        if readers[name] == 0 and name not in still_read:
-            graph.initializer.remove(weights[name])
     if replaced:
+        still_read = {value.name for value in graph.output} | read_in_subgraphs(graph)
+        for name in planar:
+            if readers[name] == 0 and name not in still_read:
+                graph.initializer.remove(weights[name])
         if axes is not None:
             graph.initializer.append(numpy_helper.from_array(np.array([AXIS], np.int64), axes))
         nodes = [new for index, node in enumerate(graph.node)
